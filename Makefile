@@ -1,0 +1,95 @@
+# sluice — plain Makefile. `make`, `make test`, `make demo`, `make asan`,
+# `make install PREFIX=/usr/local DESTDIR=`, `make clean`.
+# User CFLAGS are appended to ours, never replace them.
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BUILD   ?= build
+SAN     ?=
+CC      ?= cc
+
+PKGS      := hiredis libevent msgpack
+DEPS_OK   := $(BUILD)/.deps-ok
+BASE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -D_GNU_SOURCE \
+               -Icommon/include -Iconsumer/include -Iproducer/include -Icommon/src
+ALL_CFLAGS  = $(BASE_CFLAGS) $(SAN) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
+LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz
+ALL_LDFLAGS = $(SAN) $(LDFLAGS)
+
+LIB_SRC := common/src/err.c common/src/conn.c common/src/wire.c common/src/proto.c \
+           consumer/src/consumer.c producer/src/producer.c
+READER_SRC := $(wildcard producer/src/readers/*.c) producer/src/crc32c.c
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+READER_OBJ := $(READER_SRC:%.c=$(BUILD)/%.o)
+HEADERS := common/include/sluice/common.h common/include/sluice/batch.h \
+           consumer/include/sluice/consumer.h producer/include/sluice/producer.h
+
+PROGRAMS := $(BUILD)/sluice-producer $(BUILD)/sluice-consume $(BUILD)/sluice-ctl
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(BUILD)/unit-tests
+
+.PHONY: all deps test unit integration asan demo install uninstall clean
+
+all: $(DEPS_OK) $(BUILD)/libsluice.a $(BUILD)/libsluice.so $(BUILD)/sluice.pc $(PROGRAMS)
+
+# Installs the Debian packages that are missing (does nothing when all are there).
+deps $(DEPS_OK):
+	@scripts/install-deps.sh
+	@mkdir -p $(BUILD) && touch $(DEPS_OK)
+
+$(BUILD)/%.o: %.c $(HEADERS) $(wildcard common/src/*.h producer/src/*.h) | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/libsluice.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libsluice.so: $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libsluice.so.0 -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+$(BUILD)/sluice.pc: sluice.pc.in Makefile
+	@mkdir -p $(BUILD)
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define SLUICE_VERSION "\(.*\)"/\1/p' common/include/sluice/common.h)|g' $< > $@
+
+$(BUILD)/sluice-producer: $(BUILD)/producer/src/main.o $(READER_OBJ) $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+$(BUILD)/sluice-consume: $(BUILD)/consumer/src/consume.o $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+$(BUILD)/sluice-ctl: $(BUILD)/common/src/ctl.o $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(READER_OBJ) $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+unit: all $(UNIT_BIN)
+
+# The README's test command: unit tests, then integration tests, each on a
+# private redis-server; ends with "N passed, N failed".
+test: unit
+	@BUILD=$(BUILD) tests/run.sh
+
+asan:
+	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+demo: all
+	@BUILD=$(BUILD) scripts/demo.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include/sluice $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/sluice/
+	install -m 644 $(BUILD)/libsluice.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libsluice.so $(DESTDIR)$(PREFIX)/lib/libsluice.so.0
+	ln -sf libsluice.so.0 $(DESTDIR)$(PREFIX)/lib/libsluice.so
+	install -m 644 $(BUILD)/sluice.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
+
+uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/include/sluice
+	rm -f $(DESTDIR)$(PREFIX)/lib/libsluice.a $(DESTDIR)$(PREFIX)/lib/libsluice.so \
+	      $(DESTDIR)$(PREFIX)/lib/libsluice.so.0 $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
+	rm -f $(PROGRAMS:$(BUILD)/%=$(DESTDIR)$(PREFIX)/bin/%)
+
+clean:
+	rm -rf build build-asan

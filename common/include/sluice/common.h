@@ -1,0 +1,52 @@
+/* sluice — shared definitions: error codes, version, limits.
+ *
+ * Every sluice call that can fail returns a sluice_err. SLUICE_OK is zero;
+ * sluice_strerror() names any code. The handle that failed keeps a detailed
+ * message (sluice_consumer_errstr(), sluice_producer_errstr()). */
+#ifndef SLUICE_COMMON_H
+#define SLUICE_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLUICE_VERSION "0.1.0"
+#define SLUICE_WIRE_VERSION 1
+
+/* Frames larger than this are refused unless a handle sets its own limit. */
+#define SLUICE_MAX_BATCH_BYTES_DEFAULT ((size_t)64 << 20)
+/* Connect timeout used when an options struct leaves it at zero. */
+#define SLUICE_CONNECT_TIMEOUT_MS_DEFAULT 5000
+
+typedef enum sluice_err {
+    SLUICE_OK = 0,
+    SLUICE_EOF,            /* end of the data: no batch will come */
+    SLUICE_ERR_TIMEOUT,    /* nothing arrived before the timeout */
+    SLUICE_ERR_IO,         /* connection lost and not regained in time */
+    SLUICE_ERR_PROTOCOL,   /* malformed frame or unexpected Redis reply */
+    SLUICE_ERR_INVALID,    /* bad argument: URL, option, flag */
+    SLUICE_ERR_NOMEM,      /* allocation failed */
+    SLUICE_ERR_AUTH,       /* Redis refused the credentials */
+    SLUICE_ERR_NOQUEUE,    /* the queue does not exist (sluice-ctl create) */
+    SLUICE_ERR_EXISTS,     /* the queue exists already */
+    SLUICE_ERR_FULL,       /* the queue is at its budget */
+    SLUICE_ERR_TOOBIG,     /* a batch larger than any budget allows */
+    SLUICE_ERR_FORMAT,     /* corrupt or truncated input file */
+    SLUICE_ERR_REDIS,      /* Redis answered with an error */
+    SLUICE_ERR_SYS,        /* a system call failed (see errstr) */
+} sluice_err;
+
+/* Returns a static, human-readable name for e ("connection lost", ...).
+ * Never NULL; unknown codes give "unknown error". Thread-safe. */
+const char *sluice_strerror(sluice_err e);
+
+/* Returns SLUICE_VERSION of the linked library. */
+const char *sluice_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* Redis addresses and synchronous connections with reconnect. Internal.
+ *
+ * Accepted addresses:
+ *   redis://[user[:password]@]host[:port][/db]     (port 6379, db 0 by default)
+ *   unix:///path/to/redis.sock[?db=N]
+ * A password in the URL wins; otherwise SLUICE_REDIS_PASSWORD is used when
+ * set, so that the secret need not appear on a command line. user without
+ * password is an error only if the environment gives no password either. */
+#ifndef SLUICE_CONN_H
+#define SLUICE_CONN_H
+
+#include <hiredis/hiredis.h>
+#include <sluice/common.h>
+
+typedef struct sluicei_url {
+    char *host;        /* NULL for unix sockets */
+    int port;
+    char *unix_path;   /* NULL for TCP */
+    char *user;        /* NULL: no ACL user (AUTH password) */
+    char *password;    /* NULL: no AUTH */
+    int db;
+} sluicei_url;
+
+/* Parses s into *u (zeroed first). On failure returns SLUICE_ERR_INVALID and
+ * writes to err which part is wrong, e.g. "redis URL: port '70000' out of
+ * range 1..65535 in 'redis://h:70000'". Never echoes the password. */
+sluice_err sluicei_url_parse(const char *s, sluicei_url *u, char *err, size_t errlen);
+void sluicei_url_free(sluicei_url *u);
+/* Writes a printable form of u without its password ("redis://h:6379/0"). */
+void sluicei_url_describe(const sluicei_url *u, char *out, size_t outlen);
+
+typedef struct sluicei_conn {
+    redisContext *ctx;        /* NULL while disconnected */
+    sluicei_url url;
+    int connect_timeout_ms;
+    int cmd_timeout_ms;       /* socket timeout; must exceed any blocking-read timeout */
+    uint64_t reconnects;      /* successful reconnections after the first connect */
+    unsigned attempt;         /* failed attempts since the last success */
+    uint64_t rng;             /* jitter state */
+    char errstr[512];         /* last failure, one line */
+    char script_sha[16][41];  /* SHA1 of each loaded script (proto.c); "" until loaded */
+} sluicei_conn;
+
+/* Parses url and connects (TCP connect with timeout, AUTH, SELECT). On
+ * failure *out is NULL and err explains (bad URL part, refused, wrong
+ * password...). cmd_timeout_ms 0 means 10 s. */
+sluice_err sluicei_conn_open(sluicei_conn **out, const char *url, int connect_timeout_ms,
+                             int cmd_timeout_ms, char *err, size_t errlen);
+void sluicei_conn_close(sluicei_conn *c);   /* NULL is a no-op */
+
+/* Drops the current socket (if any) and connects again, sleeping with
+ * exponential backoff (50 ms doubling to 2 s, +-25% jitter) between
+ * attempts, until it succeeds or deadline_ms (CLOCK_MONOTONIC, see
+ * sluicei_now_ms()) passes; deadline_ms < 0 waits forever, but *stop != 0
+ * (when stop is not NULL) ends the wait with SLUICE_ERR_IO. Auth failures
+ * are final: returns SLUICE_ERR_AUTH at once. */
+sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile int *stop);
+
+/* Runs a command (printf-style, as redisCommand). On success *out is the
+ * reply, owned by the caller (freeReplyObject). A reply of type
+ * REDIS_REPLY_ERROR is returned as SLUICE_ERR_REDIS with *out still set.
+ * On a socket error returns SLUICE_ERR_IO, *out NULL, and the context is
+ * dropped (c->ctx NULL): the caller decides whether to reconnect. */
+sluice_err sluicei_conn_command(sluicei_conn *c, redisReply **out, const char *fmt, ...);
+sluice_err sluicei_conn_commandargv(sluicei_conn *c, redisReply **out, int argc,
+                                    const char **argv, const size_t *argvlen);
+
+/* Pipelining: append commands, then read their replies in order. A failed
+ * append or read drops the context as above. */
+sluice_err sluicei_conn_append_argv(sluicei_conn *c, int argc, const char **argv, const size_t *argvlen);
+sluice_err sluicei_conn_read_reply(sluicei_conn *c, redisReply **out);
+
+/* Sets the socket timeout for the following commands (0: c->cmd_timeout_ms). */
+void sluicei_conn_set_timeout(sluicei_conn *c, int timeout_ms);
+
+/* Monotonic milliseconds and wall-clock microseconds. */
+int64_t sluicei_now_ms(void);
+uint64_t sluicei_wall_us(void);
+/* A random 64-bit value from getrandom(), falling back to time and pid. */
+uint64_t sluicei_random64(void);
+
+#endif

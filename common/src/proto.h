@@ -1,0 +1,65 @@
+/* Redis key schema and Lua scripts of a sluice queue. Internal.
+ *
+ * Every key of queue Q is "sluice:{Q}:<name>", so that one hash tag puts
+ * them all in one cluster slot; every script receives the meta key as
+ * KEYS[1] and derives the others from it. docs/PROTOCOL.md is the
+ * reference; this file is its implementation. */
+#ifndef SLUICE_PROTO_H
+#define SLUICE_PROTO_H
+
+#include "conn.h"
+#include <sluice/batch.h>
+
+#define SLUICE_MAX_QUEUE_NAME 128
+#define SLUICE_MAX_KEY 256
+/* Longest batch id string: "4294967295:18446744073709551615:4294967295". */
+#define SLUICE_MAX_BATCH_ID 48
+
+typedef enum sluicei_script_id {
+    SLUICEI_SCRIPT_CREATE = 0,
+    SLUICEI_SCRIPT_DELETE,
+    SLUICEI_SCRIPT_PUSH,
+    SLUICEI_SCRIPT_TAKE,
+    SLUICEI_SCRIPT_CLAIM,
+    SLUICEI_SCRIPT_ACK,
+    SLUICEI_SCRIPT_REQUEUE,
+    SLUICEI_SCRIPT_COUNT
+} sluicei_script_id;
+
+/* Results of the push script. */
+#define SLUICEI_PUSH_FULL 0      /* over a budget: wait for room, retry */
+#define SLUICEI_PUSH_OK 1        /* stored */
+#define SLUICEI_PUSH_DUP 2       /* this id is queued or was acked already */
+
+/* Checks a queue name: 1..SLUICE_MAX_QUEUE_NAME bytes of [A-Za-z0-9_.-].
+ * On failure writes why to err and returns SLUICE_ERR_INVALID. */
+sluice_err sluicei_queue_name_check(const char *q, char *err, size_t errlen);
+
+/* Writes "sluice:{q}:name" to out (SLUICE_MAX_KEY bytes). */
+void sluicei_key(char *out, const char *q, const char *name);
+
+/* Writes the batch id string "epoch:task:seq" to out (SLUICE_MAX_BATCH_ID bytes). */
+void sluicei_batch_id_str(char *out, sluice_batch_id id);
+/* Parses "epoch:task:seq"; returns 0 on success, -1 when malformed. */
+int sluicei_batch_id_parse(const char *s, size_t len, sluice_batch_id *id);
+
+/* The source text of a script (for docs and tests). */
+const char *sluicei_script_source(sluicei_script_id id);
+
+/* Runs script id on queue q with the given ARGV (EVALSHA, falling back to
+ * EVAL on NOSCRIPT). Same reply/error contract as sluicei_conn_command(). */
+sluice_err sluicei_script_run(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,
+                              const char **argv, const size_t *argvlen, redisReply **out);
+/* Appends the same call to the pipeline (EVALSHA only: needs
+ * sluicei_script_load() after each connect, which sluicei_conn_open() and
+ * sluicei_conn_reconnect() do). */
+sluice_err sluicei_script_append(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,
+                                 const char **argv, const size_t *argvlen);
+/* SCRIPT LOAD of every script (after a connect or reconnect). */
+sluice_err sluicei_script_load(sluicei_conn *c);
+
+/* Maps a script error reply ("NOQUEUE ...", "TOOBIG ...", "OOM ...") to a
+ * sluice_err. */
+sluice_err sluicei_reply_error_code(const redisReply *r);
+
+#endif

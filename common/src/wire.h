@@ -1,0 +1,85 @@
+/* Batch wire format v1: pack, validate, unpack. No I/O. Internal header.
+ *
+ * A frame is one msgpack map whose first key is "v" (see docs/PROTOCOL.md).
+ * Decoding never lets the frame choose an allocation size: the frame length
+ * is checked against a maximum, then every array/map/str/bin length against
+ * the bytes that remain, and only then does msgpack-c unpack it. */
+#ifndef SLUICE_WIRE_H
+#define SLUICE_WIRE_H
+
+#include <sluice/batch.h>
+
+#define SLUICE_MAX_PRODUCER_ID 64   /* bytes of the "p" field */
+#define SLUICE_MAX_TENSORS 64       /* entries of the "x" map */
+#define SLUICE_MAX_TENSOR_NAME 64   /* bytes of a tensor name */
+#define SLUICE_MAX_DEPTH 6          /* msgpack nesting accepted at all */
+
+/* A growable byte buffer; reused across encodes so steady state allocates
+ * nothing. Zero-initialise it; sluicei_buf_free() releases it. */
+typedef struct sluicei_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+} sluicei_buf;
+
+sluice_err sluicei_buf_reserve(sluicei_buf *b, size_t extra);
+sluice_err sluicei_buf_append(sluicei_buf *b, const void *p, size_t n);
+void sluicei_buf_free(sluicei_buf *b);
+
+typedef struct sluicei_batch_meta {
+    sluice_batch_id id;
+    const char *producer;   /* NUL-terminated, at most SLUICE_MAX_PRODUCER_ID bytes */
+    uint64_t created_us;
+} sluicei_batch_meta;
+
+/* Encodes a record batch into out (out->len is reset first). */
+sluice_err sluicei_wire_encode_records(sluicei_buf *out, const sluicei_batch_meta *m,
+                                       const sluice_record *recs, size_t n);
+/* Encodes a tensor batch of n rows: every tensor must have ndim >= 1,
+ * shape[0] == n and nbytes matching its shape and dtype. */
+sluice_err sluicei_wire_encode_tensors(sluicei_buf *out, const sluicei_batch_meta *m, uint64_t n,
+                                       const sluice_tensor *t, size_t nt);
+
+/* Checks that p[0..len) is a well-formed v1 frame no larger than max_bytes,
+ * without allocating. On failure writes a one-line reason to err (which
+ * names the field and offset) and returns SLUICE_ERR_PROTOCOL or
+ * SLUICE_ERR_TOOBIG. */
+sluice_err sluicei_wire_validate(const void *p, size_t len, size_t max_bytes, char *err, size_t errlen);
+
+/* Reads only the batch id of a frame, cheaply (validates what it reads). */
+sluice_err sluicei_wire_peek_id(const void *p, size_t len, sluice_batch_id *id);
+
+/* Validates, then decodes. On SLUICE_OK *out is a new batch whose records
+ * and tensor data point into p: p must stay valid until the batch is freed,
+ * and sluice_batch_free() calls frame_free(frame_owner) (when frame_free is
+ * not NULL) to let the caller release it. On failure *out is NULL, err holds
+ * the reason, and frame_free is NOT called: the caller still owns p. */
+sluice_err sluicei_wire_decode(const void *p, size_t len, size_t max_bytes,
+                               void (*frame_free)(void *), void *frame_owner,
+                               sluice_batch **out, char *err, size_t errlen);
+
+/* The short form used by tests and fuzzers: no owner, no error text. */
+sluice_err sluice_wire_decode(const void *p, size_t len, size_t max_bytes, sluice_batch **out);
+
+/* The decoded batch. Fields above the line are filled by the decoder; the
+ * consumer fills the ones below it. */
+struct sluice_batch {
+    sluice_batch_id id;
+    char producer[SLUICE_MAX_PRODUCER_ID + 1];
+    uint64_t created_us;
+    size_t frame_bytes;
+    size_t nrecords;
+    sluice_record *records;    /* nrecords entries, or NULL for a tensor batch */
+    size_t ntensors;
+    sluice_tensor *tensors;    /* ntensors entries; names point into names[] */
+    char *names;               /* NUL-terminated tensor names, back to back */
+    void *zone;                /* msgpack_zone used while decoding */
+    void (*frame_free)(void *);
+    void *frame_owner;
+    /* ---- set by the consumer ---- */
+    uint32_t deliveries;
+    void *consumer;            /* owning consumer, NULL for a plain decode */
+    int acked;                 /* release() already sent its ack */
+};
+
+#endif

@@ -1,0 +1,92 @@
+/* sluice — the producer API (libsluice); sluice-producer is built on it.
+ *
+ *     sluice_producer_opts o = { .redis_url = url, .queue = "train" };
+ *     sluice_producer *p;
+ *     sluice_producer_open(&p, &o, err, sizeof err);
+ *     sluice_record recs[32] = ...;
+ *     sluice_producer_push_records(p, recs, 32);   // waits while the queue is full
+ *     sluice_producer_flush(p);                      // every push stored in Redis
+ *     sluice_producer_close(p);
+ *
+ * Backpressure: a queue has a batch budget and a byte budget, enforced
+ * atomically in Redis. A push that would exceed either waits, without
+ * polling, until a consumer acknowledges a batch (or stop is raised). A
+ * Redis out-of-memory refusal is treated the same way. Nothing is dropped.
+ *
+ * Batch ids: every batch gets (epoch, task, seq). The producer uses the
+ * epoch and task set with sluice_producer_set_task() (by default epoch 0 and
+ * a random task number of this producer) and numbers batches 0, 1, 2...
+ * within it. Pushing an id that is queued or was acknowledged already is a
+ * no-op, so a task produced again yields no duplicates.
+ *
+ * Thread-safety: one thread at a time per producer. */
+#ifndef SLUICE_PRODUCER_H
+#define SLUICE_PRODUCER_H
+
+#include <sluice/batch.h>
+#include <sluice/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sluice_producer sluice_producer;
+
+typedef struct sluice_producer_opts {
+    const char *redis_url;      /* as for the consumer */
+    const char *queue;          /* an existing queue */
+    const char *producer_id;    /* NULL: "<hostname>-<pid>-<random>" (at most 64 bytes) */
+    int max_inflight;           /* pushes pipelined before waiting for replies; 0: 4 */
+    int connect_timeout_ms;     /* 0: SLUICE_CONNECT_TIMEOUT_MS_DEFAULT */
+    int reconnect_timeout_ms;   /* give up a lost connection after this long; 0: forever */
+    volatile int *stop;         /* optional: when *stop != 0, waits end with SLUICE_ERR_IO */
+} sluice_producer_opts;
+
+/* Connects and checks that the queue exists. On SLUICE_OK *out is a new
+ * producer owned by the caller; on failure *out is NULL and errbuf (if not
+ * NULL) receives the reason. */
+sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opts *o,
+                                char *errbuf, size_t errlen);
+
+/* Starts numbering batches of (epoch, task) from seq 0. Flushes first. */
+sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t task);
+
+/* Packs n records into one batch and pushes it. The records are copied
+ * into the frame before the call returns; the caller keeps ownership. May
+ * return before Redis stored the batch (pipelining): sluice_producer_flush()
+ * waits for that. Waits while the queue is at its budget. */
+sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n);
+
+/* Same, for a batch of nt tensors of n rows each (shape[0] == n). */
+sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sluice_tensor *t,
+                                        size_t nt);
+
+/* Waits until every push so far is stored in Redis (or dropped as a
+ * duplicate). */
+sluice_err sluice_producer_flush(sluice_producer *p);
+
+/* Flushes (best effort), disconnects and frees p. NULL is a no-op. */
+void sluice_producer_close(sluice_producer *p);
+
+typedef struct sluice_producer_stats {
+    uint64_t batches;         /* stored in Redis */
+    uint64_t records;
+    uint64_t bytes;           /* frame bytes stored */
+    uint64_t duplicates;      /* pushes dropped by Redis as already present */
+    uint64_t full_waits;      /* times a push waited for room */
+    uint64_t blocked_us;      /* time spent waiting for room */
+    uint64_t reconnects;
+} sluice_producer_stats;
+
+void sluice_producer_stats_get(const sluice_producer *p, sluice_producer_stats *st);
+
+/* Detail of the last failure on p (owned by p); "" when none. */
+const char *sluice_producer_errstr(const sluice_producer *p);
+
+/* This producer's id (owned by p). */
+const char *sluice_producer_id(const sluice_producer *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
