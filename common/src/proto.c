@@ -125,12 +125,14 @@ static const char *const script_src[SLUICEI_SCRIPT_COUNT] = {
         "return 1\n",
 
     /* requeue: ARGV cid. Hands every id the consumer holds back to the
-     * front of the queue. Returns how many. */
+     * front of the queue, in the order they were taken (pending has the
+     * newest on its left, so pop there and push each to ready's head).
+     * Returns how many. */
     [SLUICEI_SCRIPT_REQUEUE] =
         "#!lua flags=allow-oom\n" PRELUDE
         "local pending = pre .. 'pending:' .. ARGV[1]\n"
         "local n = 0\n"
-        "while redis.call('LMOVE', pending, pre .. 'ready', 'RIGHT', 'RIGHT') do\n"
+        "while redis.call('LMOVE', pending, pre .. 'ready', 'LEFT', 'RIGHT') do\n"
         "  n = n + 1\n"
         "end\n"
         "redis.call('HDEL', pre .. 'consumers', ARGV[1])\n"

@@ -1,0 +1,865 @@
+/* Redis addresses and synchronous connections with reconnect (conn.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_gettime, getrandom, nanosleep under -std=c11 */
+#endif
+
+#include "conn.h"
+#include "proto.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_PORT 6379
+#define MAX_DB 1000000
+#define CMD_TIMEOUT_MS_DEFAULT 10000
+#define PASSWORD_ENV "SLUICE_REDIS_PASSWORD"
+/* Backoff between reconnect attempts: 50 ms doubling up to 2 s. */
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+/* Longest sleep before *stop is looked at again. */
+#define STOP_POLL_MS 50
+/* A connect never gets less than this, even right at the deadline. */
+#define CONNECT_TIMEOUT_FLOOR_MS 10
+/* Longest piece of the input quoted back in an error message. */
+#define QUOTE_MAX 48
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Copies s[0..n) into a printable one-line quote: control bytes become '?'
+ * and a long piece is cut with "...". */
+static const char *quote(char *dst, size_t dstlen, const char *s, size_t n)
+{
+    size_t o = 0, lim = n > QUOTE_MAX ? QUOTE_MAX : n;
+    for (size_t i = 0; i < lim && o + 4 < dstlen; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        dst[o++] = ch >= 32 && ch < 127 ? (char)ch : '?';
+    }
+    if (lim < n && o + 4 <= dstlen) {
+        memcpy(dst + o, "...", 3);
+        o += 3;
+    }
+    dst[o] = '\0';
+    return dst;
+}
+
+static char *dupn(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+static int is_digit(char ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+static int is_alnum(char ch)
+{
+    return is_digit(ch) || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+}
+
+static int hexval(char ch)
+{
+    if (is_digit(ch))
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+static int same_ascii_nocase(const char *a, size_t n, const char *b)
+{
+    if (strlen(b) != n)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char x = a[i], y = b[i];
+        if (x >= 'A' && x <= 'Z')
+            x = (char)(x - 'A' + 'a');
+        if (x != y)
+            return 0;
+    }
+    return 1;
+}
+
+/* Value of n decimal digits, saturated at cap + 1 so that huge inputs cannot
+ * overflow. */
+static long digits_value(const char *s, size_t n, long cap)
+{
+    long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        v = v * 10 + (s[i] - '0');
+        if (v > cap)
+            return cap + 1;
+    }
+    return v;
+}
+
+/* ---- URL parsing ------------------------------------------------------ */
+
+/* Decodes %XX escapes of s[0..n) into a new string; NULL on a bad or %00
+ * escape or out of memory (*bad tells which). */
+static char *percent_decode(const char *s, size_t n, int *bad)
+{
+    char *d = malloc(n + 1);
+    size_t o = 0;
+    *bad = 0;
+    if (!d)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '%') {
+            d[o++] = s[i];
+            continue;
+        }
+        if (i + 2 >= n) {
+            *bad = 1;
+            free(d);
+            return NULL;
+        }
+        int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
+        if (h < 0 || l < 0 || (h == 0 && l == 0)) {
+            *bad = 1;
+            free(d);
+            return NULL;
+        }
+        d[o++] = (char)(h * 16 + l);
+        i += 2;
+    }
+    d[o] = '\0';
+    return d;
+}
+
+/* Parses the db number s[0..n) for a URL of kind ("redis URL", "unix URL"). */
+static sluice_err parse_db(const char *kind, const char *s, size_t n, int *db, char *err,
+                           size_t errlen)
+{
+    char q[QUOTE_MAX + 8];
+    size_t d = 0;
+    while (d < n && is_digit(s[d]))
+        d++;
+    if (d == 0 || d != n) {
+        seterr(err, errlen, "%s: db '%s' is not a non-negative integer", kind,
+               quote(q, sizeof q, s, n));
+        return SLUICE_ERR_INVALID;
+    }
+    long v = digits_value(s, n, MAX_DB);
+    if (v > MAX_DB) {
+        seterr(err, errlen, "%s: db %s out of range 0..%d", kind, quote(q, sizeof q, s, n),
+               MAX_DB);
+        return SLUICE_ERR_INVALID;
+    }
+    *db = (int)v;
+    return SLUICE_OK;
+}
+
+/* user[:password] before the '@'; an empty user or password counts as
+ * absent. Error messages never quote this part. */
+static sluice_err parse_userinfo(const char *s, size_t n, sluicei_url *u, char *err,
+                                 size_t errlen)
+{
+    const char *colon = memchr(s, ':', n);
+    size_t ul = colon ? (size_t)(colon - s) : n;
+    int bad = 0;
+    if (ul > 0) {
+        u->user = percent_decode(s, ul, &bad);
+        if (!u->user) {
+            seterr(err, errlen, bad ? "redis URL: bad %%-escape in the user name"
+                                    : "redis URL: out of memory");
+            return bad ? SLUICE_ERR_INVALID : SLUICE_ERR_NOMEM;
+        }
+    }
+    if (colon && n - ul - 1 > 0) {
+        u->password = percent_decode(colon + 1, n - ul - 1, &bad);
+        if (!u->password) {
+            seterr(err, errlen, bad ? "redis URL: bad %%-escape in the password"
+                                    : "redis URL: out of memory");
+            return bad ? SLUICE_ERR_INVALID : SLUICE_ERR_NOMEM;
+        }
+    }
+    return SLUICE_OK;
+}
+
+/* r is what follows "redis://". */
+static sluice_err parse_tcp(const char *r, sluicei_url *u, char *err, size_t errlen)
+{
+    char q[QUOTE_MAX + 8];
+    /* The last '@' ends the userinfo, so a raw '@' or '/' in a password
+     * still parses; host, port and db never contain one. */
+    const char *at = strrchr(r, '@');
+    const char *p = r;
+    sluice_err e;
+    if (at) {
+        e = parse_userinfo(r, (size_t)(at - r), u, err, errlen);
+        if (e != SLUICE_OK)
+            return e;
+        p = at + 1;
+    }
+
+    const char *host;
+    size_t hl;
+    if (*p == '[') {
+        const char *close = strchr(p, ']');
+        if (!close) {
+            seterr(err, errlen, "redis URL: IPv6 host '[' without its closing ']'");
+            return SLUICE_ERR_INVALID;
+        }
+        host = p + 1;
+        hl = (size_t)(close - host);
+        if (hl == 0) {
+            seterr(err, errlen, "redis URL: empty host");
+            return SLUICE_ERR_INVALID;
+        }
+        for (size_t i = 0; i < hl; i++)
+            if (!is_alnum(host[i]) && host[i] != ':' && host[i] != '.' && host[i] != '%') {
+                seterr(err, errlen, "redis URL: bad IPv6 address '[%s]'",
+                       quote(q, sizeof q, host, hl));
+                return SLUICE_ERR_INVALID;
+            }
+        if (!memchr(host, ':', hl)) {
+            seterr(err, errlen, "redis URL: '[%s]' is not an IPv6 address",
+                   quote(q, sizeof q, host, hl));
+            return SLUICE_ERR_INVALID;
+        }
+        p = close + 1;
+    } else {
+        /* "redis://::1:6379": an IPv6 literal without its brackets. */
+        size_t al = strcspn(p, "/?#"), colons = 0, hexish = 1;
+        for (size_t i = 0; i < al; i++) {
+            colons += p[i] == ':';
+            hexish &= hexval(p[i]) >= 0 || p[i] == ':' || p[i] == '.';
+        }
+        if (colons >= 2 && hexish) {
+            seterr(err, errlen, "redis URL: an IPv6 host goes in brackets, as in "
+                                "redis://[::1]:6379");
+            return SLUICE_ERR_INVALID;
+        }
+        host = p;
+        hl = strcspn(p, ":/?#");
+        if (hl == 0) {
+            seterr(err, errlen, "redis URL: empty host");
+            return SLUICE_ERR_INVALID;
+        }
+        for (size_t i = 0; i < hl; i++)
+            if (!is_alnum(host[i]) && host[i] != '.' && host[i] != '-' && host[i] != '_') {
+                seterr(err, errlen, "redis URL: host '%s' contains '%c'",
+                       quote(q, sizeof q, host, hl),
+                       host[i] >= 32 && host[i] < 127 ? host[i] : '?');
+                return SLUICE_ERR_INVALID;
+            }
+        p += hl;
+    }
+
+    u->port = DEFAULT_PORT;
+    int had_port = *p == ':';
+    if (had_port) {
+        const char *ps = ++p;
+        size_t pl = strcspn(ps, "/?#");
+        size_t d = 0;
+        while (d < pl && is_digit(ps[d]))
+            d++;
+        if (pl == 0) {
+            seterr(err, errlen, "redis URL: empty port after ':'");
+            return SLUICE_ERR_INVALID;
+        }
+        if (d != pl) {
+            seterr(err, errlen, "redis URL: port '%s' is not a number",
+                   quote(q, sizeof q, ps, pl));
+            return SLUICE_ERR_INVALID;
+        }
+        long v = digits_value(ps, pl, 65535);
+        if (v < 1 || v > 65535) {
+            seterr(err, errlen, "redis URL: port %s out of range 1..65535",
+                   quote(q, sizeof q, ps, pl));
+            return SLUICE_ERR_INVALID;
+        }
+        u->port = (int)v;
+        p = ps + pl;
+    }
+
+    if (*p == '/') {
+        p++;
+        size_t d = 0;
+        while (is_digit(p[d]))
+            d++;
+        if (d == 0 && *p == '\0') {
+            u->db = 0;
+        } else if (d == 0) {
+            return parse_db("redis URL", p, strlen(p), &u->db, err, errlen);
+        } else {
+            e = parse_db("redis URL", p, d, &u->db, err, errlen);
+            if (e != SLUICE_OK)
+                return e;
+            if (p[d] != '\0') {
+                seterr(err, errlen, "redis URL: unexpected '%s' after the db",
+                       quote(q, sizeof q, p + d, strlen(p + d)));
+                return SLUICE_ERR_INVALID;
+            }
+        }
+    } else if (*p != '\0') {
+        seterr(err, errlen, "redis URL: unexpected '%s' after the %s",
+               quote(q, sizeof q, p, strlen(p)), had_port ? "port" : "host");
+        return SLUICE_ERR_INVALID;
+    }
+
+    u->host = dupn(host, hl);
+    if (!u->host) {
+        seterr(err, errlen, "redis URL: out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    return SLUICE_OK;
+}
+
+/* r is what follows "unix://": an absolute path, then ?db=N. */
+static sluice_err parse_unix(const char *r, sluicei_url *u, char *err, size_t errlen)
+{
+    char q[QUOTE_MAX + 8];
+    size_t pl = strcspn(r, "?");
+    if (pl == 0) {
+        seterr(err, errlen, "unix URL: empty socket path (use unix:///path/to/redis.sock)");
+        return SLUICE_ERR_INVALID;
+    }
+    if (r[0] != '/') {
+        /* What precedes the path might be user:password@; do not quote it. */
+        size_t al = strcspn(r, "/?");
+        if (memchr(r, '@', al))
+            seterr(err, errlen, "unix URL: no user or password in a unix URL (set "
+                                PASSWORD_ENV ")");
+        else
+            seterr(err, errlen, "unix URL: socket path '%s' is not absolute (use "
+                                "unix:///path/to/redis.sock)", quote(q, sizeof q, r, pl));
+        return SLUICE_ERR_INVALID;
+    }
+    size_t maxpath = sizeof(((struct sockaddr_un *)0)->sun_path) - 1;
+    if (pl > maxpath) {
+        seterr(err, errlen, "unix URL: socket path of %zu bytes is longer than the %zu a "
+                            "socket address holds", pl, maxpath);
+        return SLUICE_ERR_INVALID;
+    }
+    if (r[pl] == '?') {
+        const char *p = r + pl + 1;
+        while (*p) {
+            size_t n = strcspn(p, "&");
+            const char *eq = memchr(p, '=', n);
+            size_t nl = eq ? (size_t)(eq - p) : n;
+            if (n == 0) {
+                /* "?&db=1" or a trailing '&': nothing to read. */
+            } else if (nl == 2 && memcmp(p, "db", 2) == 0) {
+                if (!eq) {
+                    seterr(err, errlen, "unix URL: parameter 'db' needs a value, as in ?db=1");
+                    return SLUICE_ERR_INVALID;
+                }
+                sluice_err e = parse_db("unix URL", eq + 1, n - nl - 1, &u->db, err, errlen);
+                if (e != SLUICE_OK)
+                    return e;
+            } else {
+                seterr(err, errlen, "unix URL: unknown parameter '%s' (only db=N)",
+                       quote(q, sizeof q, p, nl));
+                return SLUICE_ERR_INVALID;
+            }
+            p += n;
+            if (*p == '&')
+                p++;
+        }
+    }
+    u->unix_path = dupn(r, pl);
+    if (!u->unix_path) {
+        seterr(err, errlen, "unix URL: out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    return SLUICE_OK;
+}
+
+sluice_err sluicei_url_parse(const char *s, sluicei_url *u, char *err, size_t errlen)
+{
+    char q[QUOTE_MAX + 8];
+    sluice_err e;
+    memset(u, 0, sizeof *u);
+    if (!s || !*s) {
+        seterr(err, errlen, "redis URL: empty (use redis://host:port/db or unix:///path)");
+        return SLUICE_ERR_INVALID;
+    }
+    /* A scheme is letters, digits, '+', '-', '.'; anything else before
+     * "://" (say "user:pw@host://") is not quoted, as it may hold a secret. */
+    const char *sep = strstr(s, "://");
+    size_t sl = sep ? (size_t)(sep - s) : 0;
+    int scheme_ok = sl > 0;
+    for (size_t i = 0; i < sl && scheme_ok; i++)
+        scheme_ok = is_alnum(s[i]) || s[i] == '+' || s[i] == '-' || s[i] == '.';
+    if (!scheme_ok) {
+        seterr(err, errlen, "redis URL: no scheme (use redis://host[:port][/db] or "
+                            "unix:///path/to/redis.sock)");
+        return SLUICE_ERR_INVALID;
+    }
+    if (same_ascii_nocase(s, sl, "redis")) {
+        e = parse_tcp(sep + 3, u, err, errlen);
+    } else if (same_ascii_nocase(s, sl, "unix")) {
+        e = parse_unix(sep + 3, u, err, errlen);
+    } else {
+        seterr(err, errlen, "redis URL: unknown scheme '%s' (use redis:// or unix://)",
+               quote(q, sizeof q, s, sl));
+        return SLUICE_ERR_INVALID;
+    }
+    if (e == SLUICE_OK && !u->password) {
+        const char *env = getenv(PASSWORD_ENV);
+        if (env && *env) {
+            u->password = dupn(env, strlen(env));
+            if (!u->password) {
+                seterr(err, errlen, "redis URL: out of memory");
+                e = SLUICE_ERR_NOMEM;
+            }
+        } else if (u->user) {
+            /* ACL AUTH needs both; a lone user is almost surely a typo. */
+            seterr(err, errlen, "redis URL: user '%s' has no password (write user:password@ "
+                                "or set " PASSWORD_ENV ")",
+                   quote(q, sizeof q, u->user, strlen(u->user)));
+            e = SLUICE_ERR_INVALID;
+        }
+    }
+    if (e != SLUICE_OK)
+        sluicei_url_free(u);
+    return e;
+}
+
+void sluicei_url_free(sluicei_url *u)
+{
+    if (!u)
+        return;
+    free(u->host);
+    free(u->unix_path);
+    free(u->user);
+    if (u->password) {
+        /* Leave no copy of the secret in freed heap memory. */
+        volatile char *p = u->password;
+        while (*p)
+            *p++ = '\0';
+        free(u->password);
+    }
+    memset(u, 0, sizeof *u);
+}
+
+void sluicei_url_describe(const sluicei_url *u, char *out, size_t outlen)
+{
+    if (!out || outlen == 0)
+        return;
+    if (u->unix_path) {
+        if (u->db)
+            snprintf(out, outlen, "unix://%s?db=%d", u->unix_path, u->db);
+        else
+            snprintf(out, outlen, "unix://%s", u->unix_path);
+    } else if (u->host) {
+        int v6 = strchr(u->host, ':') != NULL;
+        snprintf(out, outlen, "redis://%s%s%s%s%s:%d/%d", u->user ? u->user : "",
+                 u->user ? "@" : "", v6 ? "[" : "", u->host, v6 ? "]" : "", u->port, u->db);
+    } else {
+        snprintf(out, outlen, "(no redis address)");
+    }
+}
+
+/* ---- time and randomness ---------------------------------------------- */
+
+int64_t sluicei_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t sluicei_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* splitmix64 finaliser: spreads the few varying bits of the fallback seed. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15u;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+    return x ^ (x >> 31);
+}
+
+uint64_t sluicei_random64(void)
+{
+    uint64_t v;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v)
+        return v;
+    /* No entropy yet (early boot) or an old kernel: jitter only needs two
+     * processes started together to differ. */
+    struct timespec rt, mono;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    v = (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec;
+    v ^= (uint64_t)getpid() << 32;
+    v ^= mix64((uint64_t)mono.tv_nsec ^ (uint64_t)(uintptr_t)&v);
+    return mix64(v);
+}
+
+static uint64_t xorshift64(uint64_t *s)
+{
+    uint64_t x = *s ? *s : 0x2545f4914f6cdd1du;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    /* An interrupted sleep just ends early; callers loop on the clock. */
+    nanosleep(&ts, NULL);
+}
+
+/* ---- connections ------------------------------------------------------ */
+
+static struct timeval ms_to_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+static void drop(sluicei_conn *c)
+{
+    if (c->ctx) {
+        redisFree(c->ctx);
+        c->ctx = NULL;
+    }
+}
+
+/* Records the context's socket error in c->errstr ("redis <addr>: <what>:
+ * <why>") and drops the context. */
+static sluice_err fail_io(sluicei_conn *c, const char *what)
+{
+    char addr[256];
+    const char *why = c->ctx && c->ctx->err ? c->ctx->errstr : "no reply";
+    /* A blocking socket that hits SO_RCVTIMEO reports EAGAIN. */
+    const char *hint = strcmp(why, strerror(EAGAIN)) == 0 ? " (no reply within the timeout)" : "";
+    sluicei_url_describe(&c->url, addr, sizeof addr);
+    if (what)
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: %s: %s%s", addr, what, why, hint);
+    else
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: %s%s", addr, why, hint);
+    drop(c);
+    return SLUICE_ERR_IO;
+}
+
+static int starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* Errors a server gives while it starts, fails over or is saturated:
+ * worth another attempt rather than a final failure. */
+static int transient_error(const char *msg)
+{
+    return starts_with(msg, "LOADING") || starts_with(msg, "BUSY") ||
+           starts_with(msg, "MASTERDOWN") || starts_with(msg, "TRYAGAIN") ||
+           starts_with(msg, "ERR max number of clients");
+}
+
+/* Maps the server's answer msg to a setup step (AUTH, SELECT, SCRIPT LOAD)
+ * into a result and c->errstr, then drops the context. */
+static sluice_err fail_setup(sluicei_conn *c, const char *step, const char *msg)
+{
+    char addr[256];
+    sluice_err e;
+    sluicei_url_describe(&c->url, addr, sizeof addr);
+    if (transient_error(msg)) {
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: %s: %s", addr, step, msg);
+        e = SLUICE_ERR_IO;
+    } else if (strcmp(step, "AUTH") == 0 || starts_with(msg, "NOAUTH") ||
+               starts_with(msg, "WRONGPASS")) {
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: authentication failed: %s", addr, msg);
+        e = SLUICE_ERR_AUTH;
+    } else if (starts_with(msg, "NOPERM")) {
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: %s not permitted: %s", addr, step, msg);
+        e = SLUICE_ERR_AUTH;
+    } else {
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: %s: %s", addr, step, msg);
+        /* SELECT of a db the server does not have: no retry will help. */
+        e = strcmp(step, "SELECT") == 0 ? SLUICE_ERR_INVALID : SLUICE_ERR_REDIS;
+    }
+    drop(c);
+    return e;
+}
+
+/* Checks the reply r of setup step `step` and frees it. */
+static sluice_err setup_reply(sluicei_conn *c, redisReply *r, const char *step)
+{
+    if (!r)
+        return fail_io(c, step);
+    sluice_err e = SLUICE_OK;
+    if (r->type == REDIS_REPLY_ERROR)
+        e = fail_setup(c, step, r->str);
+    freeReplyObject(r);
+    return e;
+}
+
+/* One attempt: connect, AUTH, SELECT, SCRIPT LOAD. On failure c->ctx is
+ * NULL and c->errstr says why; only SLUICE_ERR_IO is worth retrying. */
+static sluice_err connect_once(sluicei_conn *c, int connect_ms)
+{
+    const sluicei_url *u = &c->url;
+    sluice_err e;
+    drop(c);
+    /* A new server (or a restarted one) has none of our scripts. */
+    for (size_t i = 0; i < sizeof c->script_sha / sizeof c->script_sha[0]; i++)
+        c->script_sha[i][0] = '\0';
+
+    struct timeval tv = ms_to_tv(connect_ms);
+    c->ctx = u->unix_path ? redisConnectUnixWithTimeout(u->unix_path, tv)
+                          : redisConnectWithTimeout(u->host, u->port, tv);
+    if (!c->ctx) {
+        char addr[256];
+        sluicei_url_describe(u, addr, sizeof addr);
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: connect: out of memory", addr);
+        return SLUICE_ERR_NOMEM;
+    }
+    if (c->ctx->err)
+        return fail_io(c, "connect");
+    if (redisSetTimeout(c->ctx, ms_to_tv(c->cmd_timeout_ms)) != REDIS_OK)
+        return fail_io(c, "setting the socket timeout");
+
+    if (u->password) {
+        redisReply *r = u->user ? redisCommand(c->ctx, "AUTH %s %s", u->user, u->password)
+                                : redisCommand(c->ctx, "AUTH %s", u->password);
+        if ((e = setup_reply(c, r, "AUTH")) != SLUICE_OK)
+            return e;
+    }
+    if (u->db != 0) {
+        redisReply *r = redisCommand(c->ctx, "SELECT %d", u->db);
+        if ((e = setup_reply(c, r, "SELECT")) != SLUICE_OK)
+            return e;
+    }
+
+    e = sluicei_script_load(c);
+    if (e == SLUICE_ERR_REDIS) {
+        /* c->errstr is "SCRIPT LOAD: <server message>"; NOAUTH lands here
+         * when the URL has no password but the server wants one. */
+        char msg[sizeof c->errstr];
+        const char *m = c->errstr;
+        if (starts_with(m, "SCRIPT LOAD: "))
+            m += strlen("SCRIPT LOAD: ");
+        snprintf(msg, sizeof msg, "%s", m);
+        return fail_setup(c, "SCRIPT LOAD", msg);
+    }
+    if (e != SLUICE_OK) {
+        if (c->ctx) {
+            char addr[256], msg[sizeof c->errstr];
+            sluicei_url_describe(u, addr, sizeof addr);
+            snprintf(msg, sizeof msg, "%s", c->errstr);
+            snprintf(c->errstr, sizeof c->errstr, "redis %.200s: %.290s", addr, msg);
+            drop(c);
+        }
+        return e;
+    }
+    return SLUICE_OK;
+}
+
+sluice_err sluicei_conn_open(sluicei_conn **out, const char *url, int connect_timeout_ms,
+                             int cmd_timeout_ms, char *err, size_t errlen)
+{
+    *out = NULL;
+    sluicei_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        seterr(err, errlen, "redis: out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    sluice_err e = sluicei_url_parse(url, &c->url, err, errlen);
+    if (e != SLUICE_OK) {
+        free(c);
+        return e;
+    }
+    c->connect_timeout_ms =
+        connect_timeout_ms > 0 ? connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
+    c->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : CMD_TIMEOUT_MS_DEFAULT;
+    c->rng = sluicei_random64() | 1;
+    e = connect_once(c, c->connect_timeout_ms);
+    if (e != SLUICE_OK) {
+        seterr(err, errlen, "%s", c->errstr);
+        sluicei_conn_close(c);
+        return e;
+    }
+    *out = c;
+    return SLUICE_OK;
+}
+
+void sluicei_conn_close(sluicei_conn *c)
+{
+    if (!c)
+        return;
+    drop(c);
+    sluicei_url_free(&c->url);
+    free(c);
+}
+
+/* Sleep before the next attempt: 50 ms doubling per failure up to 2 s,
+ * then +-25% so that many clients cut off together do not return in step. */
+static int backoff_ms(sluicei_conn *c)
+{
+    unsigned shift = c->attempt > 6 ? 6 : c->attempt;
+    int base = BACKOFF_MIN_MS << shift;
+    if (base > BACKOFF_MAX_MS)
+        base = BACKOFF_MAX_MS;
+    int span = base / 2;
+    return base - base / 4 + (int)(xorshift64(&c->rng) % (uint64_t)(span + 1));
+}
+
+sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile int *stop)
+{
+    int64_t start = sluicei_now_ms();
+    unsigned tries = 0;
+    drop(c);
+    for (;;) {
+        const char *why = NULL;
+        if (stop && *stop) {
+            why = "stopped";
+        } else {
+            int connect_ms = c->connect_timeout_ms;
+            if (deadline_ms >= 0) {
+                int64_t left = deadline_ms - sluicei_now_ms();
+                if (left < connect_ms)
+                    connect_ms = left > CONNECT_TIMEOUT_FLOOR_MS ? (int)left
+                                                                 : CONNECT_TIMEOUT_FLOOR_MS;
+            }
+            sluice_err e = connect_once(c, connect_ms);
+            tries++;
+            if (e == SLUICE_OK) {
+                c->attempt = 0;
+                c->reconnects++;
+                return SLUICE_OK;
+            }
+            if (e != SLUICE_ERR_IO)
+                return e;   /* wrong password, missing db...: final */
+
+            int64_t now = sluicei_now_ms();
+            int64_t wake = now + backoff_ms(c);
+            c->attempt++;
+            if (deadline_ms >= 0 && wake > deadline_ms)
+                wake = deadline_ms;
+            while (!(stop && *stop) && (now = sluicei_now_ms()) < wake)
+                sleep_ms(wake - now > STOP_POLL_MS ? STOP_POLL_MS : (int)(wake - now));
+            if (stop && *stop)
+                why = "stopped";
+            else if (deadline_ms >= 0 && sluicei_now_ms() >= deadline_ms)
+                why = "gave up";
+        }
+        if (why) {
+            char last[sizeof c->errstr];
+            if (tries == 0) {
+                char addr[256];
+                sluicei_url_describe(&c->url, addr, sizeof addr);
+                snprintf(c->errstr, sizeof c->errstr, "redis %s: reconnect stopped", addr);
+                return SLUICE_ERR_IO;
+            }
+            snprintf(last, sizeof last, "%s", c->errstr);
+            snprintf(c->errstr, sizeof c->errstr, "%.400s (%s reconnecting after %u attempt%s in %lld ms)",
+                     last, why, tries, tries == 1 ? "" : "s", (long long)(sluicei_now_ms() - start));
+            return SLUICE_ERR_IO;
+        }
+    }
+}
+
+/* Hands reply r (possibly NULL after a socket error) to the caller. */
+static sluice_err finish(sluicei_conn *c, redisReply *r, redisReply **out)
+{
+    if (!r)
+        return fail_io(c, NULL);
+    *out = r;
+    if (r->type == REDIS_REPLY_ERROR) {
+        char addr[256];
+        sluicei_url_describe(&c->url, addr, sizeof addr);
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: %s", addr, r->str);
+        return SLUICE_ERR_REDIS;
+    }
+    return SLUICE_OK;
+}
+
+static sluice_err not_connected(sluicei_conn *c)
+{
+    char addr[256];
+    sluicei_url_describe(&c->url, addr, sizeof addr);
+    snprintf(c->errstr, sizeof c->errstr, "redis %s: not connected", addr);
+    return SLUICE_ERR_IO;
+}
+
+sluice_err sluicei_conn_command(sluicei_conn *c, redisReply **out, const char *fmt, ...)
+{
+    *out = NULL;
+    if (!c->ctx)
+        return not_connected(c);
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c->ctx, fmt, ap);
+    va_end(ap);
+    return finish(c, r, out);
+}
+
+sluice_err sluicei_conn_commandargv(sluicei_conn *c, redisReply **out, int argc,
+                                    const char **argv, const size_t *argvlen)
+{
+    *out = NULL;
+    if (!c->ctx)
+        return not_connected(c);
+    return finish(c, redisCommandArgv(c->ctx, argc, argv, argvlen), out);
+}
+
+sluice_err sluicei_conn_append_argv(sluicei_conn *c, int argc, const char **argv,
+                                    const size_t *argvlen)
+{
+    if (!c->ctx)
+        return not_connected(c);
+    if (redisAppendCommandArgv(c->ctx, argc, argv, argvlen) != REDIS_OK)
+        return fail_io(c, "append");
+    return SLUICE_OK;
+}
+
+sluice_err sluicei_conn_read_reply(sluicei_conn *c, redisReply **out)
+{
+    void *r = NULL;
+    *out = NULL;
+    if (!c->ctx)
+        return not_connected(c);
+    if (redisGetReply(c->ctx, &r) != REDIS_OK)
+        return fail_io(c, NULL);
+    return finish(c, r, out);
+}
+
+void sluicei_conn_set_timeout(sluicei_conn *c, int timeout_ms)
+{
+    if (!c->ctx)
+        return;
+    if (redisSetTimeout(c->ctx, ms_to_tv(timeout_ms > 0 ? timeout_ms : c->cmd_timeout_ms)) !=
+        REDIS_OK) {
+        char addr[256];
+        sluicei_url_describe(&c->url, addr, sizeof addr);
+        /* The old timeout stays; the next command still works. */
+        snprintf(c->errstr, sizeof c->errstr, "redis %s: setting the socket timeout: %s", addr,
+                 strerror(errno));
+    }
+}

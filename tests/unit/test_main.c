@@ -1,0 +1,31 @@
+/* Runs every unit suite; prints one line per case and a final
+ * "N passed, N failed". Usage: unit-tests [substring-filter] */
+#include "test.h"
+
+#include <string.h>
+
+int test_failures;
+
+int main(int argc, char **argv)
+{
+    const struct test *suites[] = {wire_tests, url_tests, proto_tests, reader_tests};
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    int passed = 0, failed = 0;
+    for (size_t s = 0; s < sizeof suites / sizeof suites[0]; s++) {
+        for (const struct test *t = suites[s]; t->name; t++) {
+            if (filter && !strstr(t->name, filter))
+                continue;
+            test_failures = 0;
+            t->fn();
+            if (test_failures) {
+                printf("FAIL %s\n", t->name);
+                failed++;
+            } else {
+                printf("ok   %s\n", t->name);
+                passed++;
+            }
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
