@@ -63,7 +63,11 @@ $(BUILD)/sluice-ctl: $(BUILD)/common/src/ctl.o $(BUILD)/libsluice.a
 $(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(READER_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
-unit: all $(UNIT_BIN)
+# Test data generator used by the integration tests.
+$(BUILD)/gen-tfrecord: $(BUILD)/tests/tools/gen-tfrecord.o $(BUILD)/producer/src/crc32c.o
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+unit: all $(UNIT_BIN) $(BUILD)/gen-tfrecord
 
 # The README's test command: unit tests, then integration tests, each on a
 # private redis-server; ends with "N passed, N failed".

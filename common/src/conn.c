@@ -839,6 +839,17 @@ sluice_err sluicei_conn_append_argv(sluicei_conn *c, int argc, const char **argv
     return SLUICE_OK;
 }
 
+sluice_err sluicei_conn_flush(sluicei_conn *c)
+{
+    int done = 0;
+    if (!c->ctx)
+        return not_connected(c);
+    while (!done)
+        if (redisBufferWrite(c->ctx, &done) != REDIS_OK)
+            return fail_io(c, "send");
+    return SLUICE_OK;
+}
+
 sluice_err sluicei_conn_read_reply(sluicei_conn *c, redisReply **out)
 {
     void *r = NULL;

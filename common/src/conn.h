@@ -69,6 +69,10 @@ sluice_err sluicei_conn_commandargv(sluicei_conn *c, redisReply **out, int argc,
  * append or read drops the context as above. */
 sluice_err sluicei_conn_append_argv(sluicei_conn *c, int argc, const char **argv, const size_t *argvlen);
 sluice_err sluicei_conn_read_reply(sluicei_conn *c, redisReply **out);
+/* Sends everything appended so far without waiting for replies (hiredis
+ * otherwise sends only when a reply is read), so that Redis works on one
+ * command while the caller prepares the next. */
+sluice_err sluicei_conn_flush(sluicei_conn *c);
 
 /* Sets the socket timeout for the following commands (0: c->cmd_timeout_ms). */
 void sluicei_conn_set_timeout(sluicei_conn *c, int timeout_ms);

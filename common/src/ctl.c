@@ -125,7 +125,7 @@ static int parse_create(int argc, char **argv, uint64_t *max_batches_out, uint64
     for (int i = 0; i < argc; i++) {
         const char *opt = argv[i];
         if (strcmp(opt, "--max-batches") == 0 || strcmp(opt, "--max-bytes") == 0) {
-            int bytes = opt[6] == 'y';
+            int bytes = strcmp(opt, "--max-bytes") == 0;
             if (i + 1 >= argc)
                 return usage_error("%s needs a value", opt);
             if (parse_amount(argv[i + 1], bytes, bytes ? &max_bytes : &max_batches) != 0)
