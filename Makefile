@@ -47,9 +47,12 @@ $(BUILD)/libsluice.a: $(LIB_OBJ)
 $(BUILD)/libsluice.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libsluice.so.0 -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
+VERSION := $(shell sed -n 's/^\#define SLUICE_VERSION "\(.*\)"/\1/p' common/include/sluice/common.h)
+PC_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' sluice.pc.in
+
 $(BUILD)/sluice.pc: sluice.pc.in Makefile
 	@mkdir -p $(BUILD)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(shell sed -n 's/^#define SLUICE_VERSION "\(.*\)"/\1/p' common/include/sluice/common.h)|g' $< > $@
+	$(PC_SUBST) > $@
 
 $(BUILD)/sluice-producer: $(BUILD)/producer/src/main.o $(READER_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
@@ -86,7 +89,8 @@ install: all
 	install -m 644 $(BUILD)/libsluice.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(BUILD)/libsluice.so $(DESTDIR)$(PREFIX)/lib/libsluice.so.0
 	ln -sf libsluice.so.0 $(DESTDIR)$(PREFIX)/lib/libsluice.so
-	install -m 644 $(BUILD)/sluice.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	# Written here, not copied from build/, so that it names this PREFIX.
+	$(PC_SUBST) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
 	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
 
 uninstall:

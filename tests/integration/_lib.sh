@@ -1,0 +1,121 @@
+# Shared helpers of the integration tests (sourced; tests/run.sh skips
+# files that start with "_"). Each test runs in its own bash with
+#   . "$(dirname "$0")/_lib.sh"
+# which gives it: strict mode, ROOT, BUILD (absolute), a scratch dir $T,
+# scripts/redis-tmp.sh, and an EXIT trap that stops every background
+# process the test started (bg) and every redis-server, and removes $T.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+PY=/usr/bin/python3
+. "$ROOT/scripts/redis-tmp.sh"
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/sluice-test.XXXXXX")
+_BG_PIDS=()
+
+_test_cleanup() {
+    local rc=$? p
+    trap - EXIT
+    for p in "${_BG_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    # No `wait` here: bash may have dropped its jobs when the trap runs.
+    for p in "${_BG_PIDS[@]}"; do
+        for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null || true
+    done
+    redis_tmp_cleanup_all
+    rm -rf "$T"
+    exit "$rc"
+}
+trap _test_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# fail MESSAGE...: prints why the test failed and exits 1.
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# note MESSAGE...: progress (shown by tests/run.sh only when the test fails).
+note() { echo "-- $*"; }
+
+# need_bin NAME...: the test needs these programs in $BUILD.
+need_bin() {
+    local b
+    for b in "$@"; do
+        [[ -x $BUILD/$b ]] || fail "$BUILD/$b is not built (make all)"
+    done
+}
+
+# bg OUTFILE ERRFILE CMD...: runs CMD in the background with stdout/stderr
+# in the files; sets BG_PID. The EXIT trap stops it if it still runs.
+bg() {
+    local out=$1 err=$2
+    shift 2
+    "$@" >"$out" 2>"$err" </dev/null &
+    BG_PID=$!
+    _BG_PIDS+=("$BG_PID")
+}
+
+# wait_pid PID SECONDS: waits for a background job; returns its exit status,
+# or 124 (after killing it) if it runs longer than SECONDS.
+wait_pid() {
+    local pid=$1 secs=$2 i rc
+    for ((i = 0; i < secs * 20; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.05
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        return 124
+    fi
+    rc=0
+    wait "$pid" || rc=$?
+    return "$rc"
+}
+
+# kv KEY TEXT: prints the value of KEY=value in TEXT (first match), or
+# fails the test when it is missing.
+kv() {
+    local v
+    v=$(printf '%s\n' "$2" | grep -o "\\b$1=[^ ]*" | head -n 1 | cut -d= -f2-) || true
+    [[ -n $v ]] || fail "no '$1=' in: $2"
+    printf '%s\n' "$v"
+}
+
+# hexsum HEX...: sum of 64-bit hex values modulo 2^64, as 16 hex digits.
+hexsum() {
+    "$PY" -c 'import sys; print("%016x" % (sum(int(x, 16) for x in sys.argv[1:]) % (1 << 64)))' "$@"
+}
+
+# ctl ARGS...: sluice-ctl against the current server.
+ctl() { "$BUILD/sluice-ctl" --redis "$REDIS_URL" "$@"; }
+
+# info_field QUEUE FIELD: one value from `sluice-ctl info`.
+info_field() {
+    local out v
+    out=$(ctl info "$1") || fail "sluice-ctl info $1 failed: $out"
+    v=$(printf '%s\n' "$out" | sed -n "s/^$2: *//p" | head -n 1)
+    [[ -n $v ]] || fail "sluice-ctl info $1 has no '$2:' line: $out"
+    printf '%s\n' "$v"
+}
+
+# cpu_ticks PID: user + system CPU time of a process, in clock ticks.
+cpu_ticks() {
+    # Fields after the "(comm)" field: utime and stime are fields 14 and 15
+    # of the whole line, i.e. 12 and 13 after the closing parenthesis.
+    local stat
+    stat=$(<"/proc/$1/stat") || return 1
+    stat=${stat##*) }
+    local f
+    read -ra f <<<"$stat"
+    echo $((f[11] + f[12]))
+}
+
+# gen FILE RECORDS SEED [MIN MAX]: writes a TFRecord file; prints its
+# "records=N checksum=X" line.
+gen() {
+    local args=(--records "$2" --seed "$3")
+    [[ -n ${4:-} ]] && args+=(--min-size "$4")
+    [[ -n ${5:-} ]] && args+=(--max-size "$5")
+    "$BUILD/gen-tfrecord" "${args[@]}" "$1" || fail "gen-tfrecord ${args[*]} $1 failed"
+}
