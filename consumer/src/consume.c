@@ -199,7 +199,8 @@ int main(int argc, char **argv)
     sluice_err e = sluice_consumer_open(&c, &o, err, sizeof err);
     if (e != SLUICE_OK) {
         fprintf(stderr, PROG ": %s\n", *err ? err : sluice_strerror(e));
-        return 1;
+        /* A malformed --redis URL or queue name is a usage error. */
+        return e == SLUICE_ERR_INVALID ? 2 : 1;
     }
 
     struct totals tot = {0, 0, 0};

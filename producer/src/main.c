@@ -392,7 +392,8 @@ int main(int argc, char **argv)
     if (e != SLUICE_OK) {
         fprintf(stderr, PROG ": %s\n", err);
         free(files);
-        return EXIT_RUNTIME;
+        /* A malformed --redis URL or queue name is a usage error. */
+        return e == SLUICE_ERR_INVALID ? EXIT_USAGE : EXIT_RUNTIME;
     }
 
     batch b;

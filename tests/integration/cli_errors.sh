@@ -56,9 +56,9 @@ expect 2 'format' "$BUILD/sluice-producer" --redis "$auth_url" --queue exists --
 expect 2 'queue name|character' "$BUILD/sluice-ctl" --redis "$auth_url" create 'bad name!' --max-batches 4 --max-bytes 1M
 
 # Bad URL: port out of range. A usage or runtime error, but clear.
-expect '1|2' '99999|port' "$BUILD/sluice-ctl" --redis redis://h:99999 info q
-expect '1|2' '99999|port' "$BUILD/sluice-producer" --redis redis://h:99999 --queue q "${P[@]}"
-expect '1|2' '99999|port' "$BUILD/sluice-consume" --redis redis://h:99999 --queue q --timeout-ms 100
+expect 2 '99999|port' "$BUILD/sluice-ctl" --redis redis://h:99999 info q
+expect 2 '99999|port' "$BUILD/sluice-producer" --redis redis://h:99999 --queue q "${P[@]}"
+expect 2 '99999|port' "$BUILD/sluice-consume" --redis redis://h:99999 --queue q --timeout-ms 100
 expect '1|2' 'url|scheme|http' "$BUILD/sluice-ctl" --redis http://127.0.0.1:$REDIS_PORT info q
 
 # Nothing listening.
