@@ -19,7 +19,9 @@ ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 LIB_SRC := common/src/err.c common/src/conn.c common/src/wire.c common/src/proto.c \
            consumer/src/consumer.c producer/src/producer.c
 READER_SRC := $(wildcard producer/src/readers/*.c) producer/src/crc32c.c
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LUA_SCRIPTS := create delete push take claim ack requeue reap beat dead deadadmin \
+               submit task_claim task_renew task_done task_fail
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/lua_scripts.o
 READER_OBJ := $(READER_SRC:%.c=$(BUILD)/%.o)
 HEADERS := common/include/sluice/common.h common/include/sluice/batch.h \
            consumer/include/sluice/consumer.h producer/include/sluice/producer.h
@@ -39,6 +41,14 @@ deps $(DEPS_OK):
 
 $(BUILD)/%.o: %.c $(HEADERS) $(wildcard common/src/*.h producer/src/*.h) | $(DEPS_OK)
 	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# The Lua scripts are written as common/lua/*.lua and embedded as C strings.
+$(BUILD)/common/lua_scripts.c: $(wildcard common/lua/*.lua) scripts/embed-lua.sh Makefile
+	@mkdir -p $(dir $@)
+	scripts/embed-lua.sh $(LUA_SCRIPTS) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/common/lua_scripts.o: $(BUILD)/common/lua_scripts.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/libsluice.a: $(LIB_OBJ)

@@ -38,7 +38,7 @@ typedef struct sluicei_conn {
     unsigned attempt;         /* failed attempts since the last success */
     uint64_t rng;             /* jitter state */
     char errstr[512];         /* last failure, one line */
-    char script_sha[16][41];  /* SHA1 of each loaded script (proto.c); "" until loaded */
+    char script_sha[32][41];  /* SHA1 of each loaded script (proto.c); "" until loaded */
 } sluicei_conn;
 
 /* Parses url and connects (TCP connect with timeout, AUTH, SELECT). On

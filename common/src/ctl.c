@@ -18,14 +18,23 @@ static const char usage_text[] =
     "Create, inspect and delete sluice queues.\n"
     "\n"
     "commands:\n"
-    "  create Q --max-batches N --max-bytes B\n"
+    "  create Q --max-batches N --max-bytes B [--consumers N --coordinated\n"
+    "         [--remainder drop|pad]] [--lease-ms MS] [--max-deliveries K]\n"
     "                       create queue Q with its budgets: at most N batches and\n"
     "                       B bytes held in Redis (queued + not yet acknowledged);\n"
-    "                       B takes a K, M or G suffix (powers of 1024)\n"
+    "                       B takes a K, M or G suffix (powers of 1024).\n"
+    "                       --coordinated: N ranks get the same number of batches per\n"
+    "                       epoch; the last incomplete round is dropped or padded.\n"
+    "                       --lease-ms: a consumer silent this long (default 10000)\n"
+    "                       loses its unacknowledged batches to the others;\n"
+    "                       --max-deliveries: deliveries without an ack before a\n"
+    "                       batch is dead-lettered (default 3)\n"
     "  delete Q             remove queue Q and everything it holds\n"
     "  info Q               show budgets, what the queue holds and its counters\n"
     "  script NAME          print the Lua source of a protocol script\n"
-    "                       (create delete push take claim ack requeue)\n"
+    "                       (create delete push take claim ack requeue reap beat\n"
+    "                       dead deadadmin submit task_claim task_renew task_done\n"
+    "                       task_fail)\n"
     "\n"
     "options:\n"
     "  --redis URL          redis://[user[:password]@]host[:port][/db] or\n"
@@ -40,12 +49,6 @@ static const char usage_text[] =
     "\n"
     "exit status: 0 success, 1 runtime error (Redis, missing queue), 2 usage error\n";
 
-static const char *const script_names[SLUICEI_SCRIPT_COUNT] = {
-    [SLUICEI_SCRIPT_CREATE] = "create", [SLUICEI_SCRIPT_DELETE] = "delete",
-    [SLUICEI_SCRIPT_PUSH] = "push",     [SLUICEI_SCRIPT_TAKE] = "take",
-    [SLUICEI_SCRIPT_CLAIM] = "claim",   [SLUICEI_SCRIPT_ACK] = "ack",
-    [SLUICEI_SCRIPT_REQUEUE] = "requeue",
-};
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -86,6 +89,15 @@ static int parse_amount(const char *s, int allow_suffix, uint64_t *out)
     return 0;
 }
 
+/* The value given after flag, for messages. */
+static const char *val_or(char **argv, int argc, const char *flag)
+{
+    for (int i = 0; i + 1 < argc; i++)
+        if (strcmp(argv[i], flag) == 0)
+            return argv[i + 1];
+    return "?";
+}
+
 static int runtime_error(const char *what, sluice_err e, const char *detail)
 {
     fprintf(stderr, "sluice-ctl: %s: %s%s%s\n", what, sluice_strerror(e), detail && *detail ? ": " : "",
@@ -117,47 +129,87 @@ static int run_script(sluicei_conn *c, sluicei_script_id id, const char *q, int 
     return EXIT_RUNTIME;
 }
 
+/* Settings of a new queue (sluice-ctl create). */
+typedef struct create_opts {
+    uint64_t max_batches, max_bytes;
+    uint64_t ranks;           /* --consumers N with --coordinated; 0: free */
+    int coordinated;
+    const char *remainder;    /* "drop" or "pad" */
+    uint64_t lease_ms;        /* consumer lease */
+    uint64_t max_deliveries;  /* deliveries before a batch is dead-lettered */
+} create_opts;
+
 /* Reads create's flags before anything connects, so usage errors come
  * first. Returns 0 or EXIT_USAGE (message printed). */
-static int parse_create(int argc, char **argv, uint64_t *max_batches_out, uint64_t *max_bytes_out)
+static int parse_create(int argc, char **argv, create_opts *o)
 {
-    uint64_t max_batches = 0, max_bytes = 0;
+    *o = (create_opts){.remainder = "drop", .lease_ms = 10000, .max_deliveries = 3};
     for (int i = 0; i < argc; i++) {
         const char *opt = argv[i];
-        if (strcmp(opt, "--max-batches") == 0 || strcmp(opt, "--max-bytes") == 0) {
-            int bytes = strcmp(opt, "--max-bytes") == 0;
-            if (i + 1 >= argc)
-                return usage_error("%s needs a value", opt);
-            if (parse_amount(argv[i + 1], bytes, bytes ? &max_bytes : &max_batches) != 0)
-                return usage_error(bytes ? "--max-bytes '%s' is not a positive size (e.g. 64M)"
-                                         : "--max-batches '%s' is not a positive integer",
-                                   argv[i + 1]);
-            i++;
-        } else {
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t *num = NULL;
+        int suffix = 0;
+        if (strcmp(opt, "--coordinated") == 0) {
+            o->coordinated = 1;
+            continue;
+        }
+        if (strcmp(opt, "--max-batches") == 0)
+            num = &o->max_batches;
+        else if (strcmp(opt, "--max-bytes") == 0)
+            num = &o->max_bytes, suffix = 1;
+        else if (strcmp(opt, "--consumers") == 0)
+            num = &o->ranks;
+        else if (strcmp(opt, "--lease-ms") == 0)
+            num = &o->lease_ms;
+        else if (strcmp(opt, "--max-deliveries") == 0)
+            num = &o->max_deliveries;
+        else if (strcmp(opt, "--remainder") != 0)
             return usage_error("create: unknown argument '%s'", opt);
+        if (!val)
+            return usage_error("%s needs a value", opt);
+        i++;
+        if (!num) {
+            if (strcmp(val, "drop") != 0 && strcmp(val, "pad") != 0)
+                return usage_error("--remainder '%s' is not 'drop' or 'pad'", val);
+            o->remainder = val;
+        } else if (parse_amount(val, suffix, num) != 0) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "%s '%%s' is not a positive %s", opt,
+                     suffix ? "size (e.g. 64M)" : "integer");
+            return usage_error(msg, val);
         }
     }
-    if (!max_batches)
+    if (!o->max_batches)
         return usage_error("create: %s is required", "--max-batches");
-    if (!max_bytes)
+    if (!o->max_bytes)
         return usage_error("create: %s is required", "--max-bytes");
-    *max_batches_out = max_batches;
-    *max_bytes_out = max_bytes;
+    if (o->coordinated && !o->ranks)
+        return usage_error("create: %s", "--coordinated needs --consumers N (the number of ranks)");
+    if (!o->coordinated)
+        o->ranks = 0; /* --consumers alone only documents the intent */
+    if (o->ranks > 4096)
+        return usage_error("create: --consumers %s is more than 4096 ranks", val_or(argv, argc, "--consumers"));
     return 0;
 }
 
-static int cmd_create(sluicei_conn *c, const char *q, uint64_t max_batches, uint64_t max_bytes)
+static int cmd_create(sluicei_conn *c, const char *q, const create_opts *o)
 {
-    char nb[24], nB[24], now[24];
-    snprintf(nb, sizeof nb, "%" PRIu64, max_batches);
-    snprintf(nB, sizeof nB, "%" PRIu64, max_bytes);
+    char nb[24], nB[24], now[24], ranks[24], lease[24], maxd[24];
+    snprintf(nb, sizeof nb, "%" PRIu64, o->max_batches);
+    snprintf(nB, sizeof nB, "%" PRIu64, o->max_bytes);
     snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us());
-    const char *args[] = {nb, nB, now};
+    snprintf(ranks, sizeof ranks, "%" PRIu64, o->ranks);
+    snprintf(lease, sizeof lease, "%" PRIu64, o->lease_ms);
+    snprintf(maxd, sizeof maxd, "%" PRIu64, o->max_deliveries);
+    const char *args[] = {nb, nB, now, ranks, o->ranks ? o->remainder : "", lease, maxd};
     redisReply *r;
-    if (run_script(c, SLUICEI_SCRIPT_CREATE, q, 3, args, &r))
+    if (run_script(c, SLUICEI_SCRIPT_CREATE, q, 7, args, &r))
         return EXIT_RUNTIME;
     freeReplyObject(r);
-    printf("created queue '%s': at most %s batches, %s bytes\n", q, nb, nB);
+    printf("created queue '%s': at most %s batches, %s bytes", q, nb, nB);
+    if (o->ranks)
+        printf("; coordinated over %s ranks, remainder %s", ranks, o->remainder);
+    printf("\n");
     return 0;
 }
 
@@ -182,7 +234,7 @@ static int cmd_info(sluicei_conn *c, const char *q)
     sluicei_key(k_meta, q, "meta");
     sluicei_key(k_data, q, "data");
     sluicei_key(k_bytes, q, "bytes");
-    sluicei_key(k_ready, q, "ready");
+    sluicei_key(k_ready, q, "ready:0");
     sluicei_key(k_cons, q, "consumers");
     sluicei_key(k_stats, q, "stats");
 
@@ -273,13 +325,12 @@ int main(int argc, char **argv)
 
     if (strcmp(cmd, "script") == 0) {
         if (optind >= argc)
-            return usage_error("%s", "script: which one? (create delete push take claim ack requeue)");
-        for (int i = 0; i < SLUICEI_SCRIPT_COUNT; i++)
-            if (strcmp(argv[optind], script_names[i]) == 0) {
-                fputs(sluicei_script_source((sluicei_script_id)i), stdout);
-                return 0;
-            }
-        return usage_error("script: unknown script '%s'", argv[optind]);
+            return usage_error("%s", "script: which one? (see sluice-ctl --help)");
+        sluicei_script_id id = sluicei_script_by_name(argv[optind]);
+        if (id == SLUICEI_SCRIPT_COUNT)
+            return usage_error("script: unknown script '%s'", argv[optind]);
+        fputs(sluicei_script_source(id), stdout);
+        return 0;
     }
 
     int known = !strcmp(cmd, "create") || !strcmp(cmd, "delete") || !strcmp(cmd, "info");
@@ -291,9 +342,9 @@ int main(int argc, char **argv)
     char err[512];
     if (sluicei_queue_name_check(q, err, sizeof err) != SLUICE_OK)
         return usage_error("%s", err);
-    uint64_t max_batches = 0, max_bytes = 0;
+    create_opts co;
     if (strcmp(cmd, "create") == 0) {
-        if (parse_create(argc - optind, argv + optind, &max_batches, &max_bytes))
+        if (parse_create(argc - optind, argv + optind, &co))
             return EXIT_USAGE;
     } else if (optind < argc) {
         return usage_error("unexpected argument '%s'", argv[optind]);
@@ -307,7 +358,7 @@ int main(int argc, char **argv)
     }
     int rc;
     if (strcmp(cmd, "create") == 0)
-        rc = cmd_create(c, q, max_batches, max_bytes);
+        rc = cmd_create(c, q, &co);
     else if (strcmp(cmd, "delete") == 0)
         rc = cmd_delete(c, q);
     else

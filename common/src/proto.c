@@ -6,143 +6,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every script gets KEYS[1] = "sluice:{Q}:meta" and derives the other keys
- * from its prefix, so all of them hash to the slot of {Q}.
+/* The sources live in common/lua/NAME.lua; scripts/embed-lua.sh turns them
+ * into these arrays (build/common/lua_scripts.c), in enum order. Every
+ * script gets KEYS[1] = "sluice:{Q}:meta" and derives the other keys from
+ * its prefix, so all of them hash to the slot of {Q}.
  *
- * Only the push script may be refused when Redis is out of memory: it is the
- * one that grows the queue, and a refused push is backpressure. Everything
- * that drains or bookkeeps (take, claim, ack, requeue) carries allow-oom, or
- * a full Redis could never be emptied. */
-#define PRELUDE                                                          \
-    "local meta = KEYS[1]\n"                                             \
-    "local pre = string.sub(meta, 1, -5)\n"
-
-static const char *const script_src[SLUICEI_SCRIPT_COUNT] = {
-    /* create: ARGV max_batches, max_bytes, now_us */
-    [SLUICEI_SCRIPT_CREATE] =
-        "#!lua\n" PRELUDE
-        "if redis.call('EXISTS', meta) == 1 then\n"
-        "  return redis.error_reply('EXISTS queue exists already')\n"
-        "end\n"
-        "redis.call('HSET', meta, 'version', 1, 'max_batches', ARGV[1],\n"
-        "           'max_bytes', ARGV[2], 'created_us', ARGV[3])\n"
-        "redis.call('SET', pre .. 'bytes', 0)\n"
-        "return 1\n",
-
-    /* delete: no ARGV. Returns the number of keys removed. */
-    [SLUICEI_SCRIPT_DELETE] =
-        "#!lua flags=allow-oom\n" PRELUDE
-        "if redis.call('EXISTS', meta) == 0 then\n"
-        "  return redis.error_reply('NOQUEUE no such queue')\n"
-        "end\n"
-        "local n = 0\n"
-        "for _, cid in ipairs(redis.call('HKEYS', pre .. 'consumers')) do\n"
-        "  n = n + redis.call('DEL', pre .. 'pending:' .. cid)\n"
-        "end\n"
-        "for _, k in ipairs(redis.call('SMEMBERS', pre .. 'bitmaps')) do\n"
-        "  n = n + redis.call('DEL', k)\n"
-        "end\n"
-        "for _, s in ipairs({'ready', 'data', 'dlv', 'bytes', 'room', 'stats',\n"
-        "                    'consumers', 'bitmaps'}) do\n"
-        "  n = n + redis.call('DEL', pre .. s)\n"
-        "end\n"
-        "return n + redis.call('DEL', meta)\n",
-
-    /* push: ARGV id, frame, epoch, task, seq.
-     * Returns 1 stored, 2 duplicate (dropped), 0 full. */
-    [SLUICEI_SCRIPT_PUSH] =
-        "#!lua\n" PRELUDE
-        "local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes')\n"
-        "if not m[1] then return redis.error_reply('NOQUEUE no such queue') end\n"
-        "local data = pre .. 'data'\n"
-        "if redis.call('HEXISTS', data, ARGV[1]) == 1 or\n"
-        "   redis.call('GETBIT', pre .. 'acked:' .. ARGV[3] .. ':' .. ARGV[4], ARGV[5]) == 1 then\n"
-        "  redis.call('HINCRBY', pre .. 'stats', 'dup_dropped', 1)\n"
-        "  return 2\n"
-        "end\n"
-        "local size = string.len(ARGV[2])\n"
-        "local maxb = tonumber(m[2])\n"
-        "if size > maxb then\n"
-        "  return redis.error_reply('TOOBIG batch of ' .. size ..\n"
-        "         ' bytes exceeds the queue byte budget of ' .. maxb)\n"
-        "end\n"
-        "local used = tonumber(redis.call('GET', pre .. 'bytes') or '0')\n"
-        "if redis.call('HLEN', data) + 1 > tonumber(m[1]) or used + size > maxb then\n"
-        "  return 0\n"
-        "end\n"
-        "redis.call('HSET', data, ARGV[1], ARGV[2])\n"
-        "redis.call('LPUSH', pre .. 'ready', ARGV[1])\n"
-        "redis.call('INCRBY', pre .. 'bytes', size)\n"
-        "redis.call('HINCRBY', pre .. 'stats', 'pushed', 1)\n"
-        "redis.call('HINCRBY', pre .. 'stats', 'pushed_bytes', size)\n"
-        "return 1\n",
-
-    /* take: ARGV cid, n, now_ms. Moves up to n ids from ready to the
-     * consumer's pending list. Returns {id1, deliveries1, id2, ...}. */
-    [SLUICEI_SCRIPT_TAKE] =
-        "#!lua flags=allow-oom\n" PRELUDE
-        "if redis.call('EXISTS', meta) == 0 then\n"
-        "  return redis.error_reply('NOQUEUE no such queue')\n"
-        "end\n"
-        "redis.call('HSET', pre .. 'consumers', ARGV[1], ARGV[3])\n"
-        "local pending = pre .. 'pending:' .. ARGV[1]\n"
-        "local out = {}\n"
-        "for i = 1, tonumber(ARGV[2]) do\n"
-        "  local id = redis.call('LMOVE', pre .. 'ready', pending, 'RIGHT', 'LEFT')\n"
-        "  if not id then break end\n"
-        "  out[#out + 1] = id\n"
-        "  out[#out + 1] = redis.call('HINCRBY', pre .. 'dlv', id, 1)\n"
-        "end\n"
-        "return out\n",
-
-    /* claim: ARGV cid, id, now_ms. Counts a delivery of an id that BLMOVE
-     * already moved into the consumer's pending list. Returns the count. */
-    [SLUICEI_SCRIPT_CLAIM] =
-        "#!lua flags=allow-oom\n" PRELUDE
-        "redis.call('HSET', pre .. 'consumers', ARGV[1], ARGV[3])\n"
-        "return redis.call('HINCRBY', pre .. 'dlv', ARGV[2], 1)\n",
-
-    /* ack: ARGV cid, id, epoch, task, seq. Returns 1, or 0 when the
-     * consumer no longer held the id (it was requeued meanwhile). */
-    [SLUICEI_SCRIPT_ACK] =
-        "#!lua flags=allow-oom\n" PRELUDE
-        "if redis.call('LREM', pre .. 'pending:' .. ARGV[1], -1, ARGV[2]) == 0 then\n"
-        "  return 0\n"
-        "end\n"
-        "local data = pre .. 'data'\n"
-        "local size = redis.call('HSTRLEN', data, ARGV[2])\n"
-        "redis.call('HDEL', data, ARGV[2])\n"
-        "redis.call('HDEL', pre .. 'dlv', ARGV[2])\n"
-        "redis.call('DECRBY', pre .. 'bytes', size)\n"
-        "local bm = pre .. 'acked:' .. ARGV[3] .. ':' .. ARGV[4]\n"
-        "redis.call('SETBIT', bm, ARGV[5], 1)\n"
-        "redis.call('SADD', pre .. 'bitmaps', bm)\n"
-        "redis.call('HINCRBY', pre .. 'stats', 'acked', 1)\n"
-        "redis.call('HINCRBY', pre .. 'stats', 'acked_bytes', size)\n"
-        "local room = pre .. 'room'\n"
-        "redis.call('LPUSH', room, 1)\n"
-        "redis.call('LTRIM', room, 0, 15)\n"
-        "return 1\n",
-
-    /* requeue: ARGV cid. Hands every id the consumer holds back to the
-     * front of the queue, in the order they were taken (pending has the
-     * newest on its left, so pop there and push each to ready's head).
-     * Returns how many. */
-    [SLUICEI_SCRIPT_REQUEUE] =
-        "#!lua flags=allow-oom\n" PRELUDE
-        "local pending = pre .. 'pending:' .. ARGV[1]\n"
-        "local n = 0\n"
-        "while redis.call('LMOVE', pending, pre .. 'ready', 'LEFT', 'RIGHT') do\n"
-        "  n = n + 1\n"
-        "end\n"
-        "redis.call('HDEL', pre .. 'consumers', ARGV[1])\n"
-        "if n > 0 then redis.call('HINCRBY', pre .. 'stats', 'requeued', n) end\n"
-        "return n\n",
-};
+ * Only push, create and submit may be refused when Redis is out of memory:
+ * they grow the queue, and a refused push is backpressure. Everything that
+ * drains or bookkeeps carries allow-oom, or a full Redis could never be
+ * emptied. */
+extern const char *const sluicei_lua_names[SLUICEI_SCRIPT_COUNT];
+extern const char *const sluicei_lua_sources[SLUICEI_SCRIPT_COUNT];
+#define script_src sluicei_lua_sources
 
 const char *sluicei_script_source(sluicei_script_id id)
 {
     return (unsigned)id < SLUICEI_SCRIPT_COUNT ? script_src[id] : NULL;
+}
+
+const char *sluicei_script_name(sluicei_script_id id)
+{
+    return (unsigned)id < SLUICEI_SCRIPT_COUNT ? sluicei_lua_names[id] : NULL;
+}
+
+sluicei_script_id sluicei_script_by_name(const char *name)
+{
+    int i;
+    for (i = 0; i < SLUICEI_SCRIPT_COUNT; i++)
+        if (strcmp(name, sluicei_lua_names[i]) == 0)
+            break;
+    return (sluicei_script_id)i;
 }
 
 sluice_err sluicei_queue_name_check(const char *q, char *err, size_t errlen)
@@ -314,6 +207,7 @@ sluice_err sluicei_reply_error_code(const redisReply *r)
         sluice_err code;
     } map[] = {
         {"NOQUEUE", SLUICE_ERR_NOQUEUE}, {"EXISTS", SLUICE_ERR_EXISTS},
+        {"JOBEXISTS", SLUICE_ERR_EXISTS}, {"INVALID", SLUICE_ERR_INVALID},
         {"TOOBIG", SLUICE_ERR_TOOBIG},   {"OOM", SLUICE_ERR_FULL},
         {"NOAUTH", SLUICE_ERR_AUTH},     {"WRONGPASS", SLUICE_ERR_AUTH},
         {"NOPERM", SLUICE_ERR_AUTH},

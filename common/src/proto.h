@@ -15,6 +15,8 @@
 /* Longest batch id string: "4294967295:18446744073709551615:4294967295". */
 #define SLUICE_MAX_BATCH_ID 48
 
+/* The scripts, in the order of LUA_SCRIPTS in the Makefile (their sources
+ * are common/lua/NAME.lua, embedded at build time). */
 typedef enum sluicei_script_id {
     SLUICEI_SCRIPT_CREATE = 0,
     SLUICEI_SCRIPT_DELETE,
@@ -23,6 +25,15 @@ typedef enum sluicei_script_id {
     SLUICEI_SCRIPT_CLAIM,
     SLUICEI_SCRIPT_ACK,
     SLUICEI_SCRIPT_REQUEUE,
+    SLUICEI_SCRIPT_REAP,
+    SLUICEI_SCRIPT_BEAT,
+    SLUICEI_SCRIPT_DEAD,
+    SLUICEI_SCRIPT_DEADADMIN,
+    SLUICEI_SCRIPT_SUBMIT,
+    SLUICEI_SCRIPT_TASK_CLAIM,
+    SLUICEI_SCRIPT_TASK_RENEW,
+    SLUICEI_SCRIPT_TASK_DONE,
+    SLUICEI_SCRIPT_TASK_FAIL,
     SLUICEI_SCRIPT_COUNT
 } sluicei_script_id;
 
@@ -43,8 +54,11 @@ void sluicei_batch_id_str(char *out, sluice_batch_id id);
 /* Parses "epoch:task:seq"; returns 0 on success, -1 when malformed. */
 int sluicei_batch_id_parse(const char *s, size_t len, sluice_batch_id *id);
 
-/* The source text of a script (for docs and tests). */
+/* The source text of a script (for docs and tests), and its name. */
 const char *sluicei_script_source(sluicei_script_id id);
+const char *sluicei_script_name(sluicei_script_id id);
+/* The script called name, or SLUICEI_SCRIPT_COUNT when there is none. */
+sluicei_script_id sluicei_script_by_name(const char *name);
 
 /* Runs script id on queue q with the given ARGV (EVALSHA, falling back to
  * EVAL on NOSCRIPT). Same reply/error contract as sluicei_conn_command(). */

@@ -458,8 +458,8 @@ static sluice_err round_recover(sluice_consumer *c, size_t na, int *progress)
     char now[24];
     snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000);
     for (size_t i = 0; i < k; i++) {
-        const char *argv[3] = {c->id, c->recover[i].s, now};
-        if (sluicei_script_append(c->conn, SLUICEI_SCRIPT_CLAIM, c->queue, 3, argv, NULL) !=
+        const char *argv[5] = {c->id, c->recover[i].s, now, "0", ""};
+        if (sluicei_script_append(c->conn, SLUICEI_SCRIPT_CLAIM, c->queue, 5, argv, NULL) !=
                 SLUICE_OK ||
             append_hget(c, c->recover[i].s, strlen(c->recover[i].s)) != SLUICE_OK)
             return SLUICE_ERR_IO;
@@ -519,8 +519,8 @@ static sluice_err round_take(sluice_consumer *c, size_t na, int *progress)
     char want[16], now[24];
     snprintf(want, sizeof want, "%d", room);
     snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000);
-    const char *argv[3] = {c->id, want, now};
-    if (sluicei_script_append(c->conn, SLUICEI_SCRIPT_TAKE, c->queue, 3, argv, NULL) != SLUICE_OK)
+    const char *argv[5] = {c->id, want, now, "0", ""};
+    if (sluicei_script_append(c->conn, SLUICEI_SCRIPT_TAKE, c->queue, 5, argv, NULL) != SLUICE_OK)
         return SLUICE_ERR_IO;
     int again = 0;
     sluice_err failed = SLUICE_OK;
@@ -817,7 +817,7 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
         snprintf(c->id, sizeof c->id, "%016" PRIx64, sluicei_random64());
     char name[SLUICE_MAX_KEY];
     sluicei_key(c->k_meta, c->queue, "meta");
-    sluicei_key(c->k_ready, c->queue, "ready");
+    sluicei_key(c->k_ready, c->queue, "ready:0");
     sluicei_key(c->k_data, c->queue, "data");
     sluicei_key(c->k_dlv, c->queue, "dlv");
     sluicei_key(c->k_bytes, c->queue, "bytes");
@@ -927,9 +927,11 @@ static sluice_err hand_back(sluice_consumer *c)
     if (e != SLUICE_OK)
         return e;
     size_t na = c->nacks;
-    const char *argv[1] = {c->id};
+    char now[24];
+    snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000);
+    const char *argv[2] = {c->id, now};
     if (append_acks(c) != SLUICE_OK ||
-        sluicei_script_append(c->conn, SLUICEI_SCRIPT_REQUEUE, c->queue, 1, argv, NULL) !=
+        sluicei_script_append(c->conn, SLUICEI_SCRIPT_REQUEUE, c->queue, 2, argv, NULL) !=
             SLUICE_OK)
         return SLUICE_ERR_IO;
     int again = 0;

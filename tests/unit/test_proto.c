@@ -194,7 +194,8 @@ static void test_script_sources(void)
         size_t n = (size_t)(nl - src) < sizeof shebang - 1 ? (size_t)(nl - src) : sizeof shebang - 1;
         memcpy(shebang, src, n);
         shebang[n] = '\0';
-        int grows = i == SLUICEI_SCRIPT_PUSH || i == SLUICEI_SCRIPT_CREATE;
+        int grows = i == SLUICEI_SCRIPT_PUSH || i == SLUICEI_SCRIPT_CREATE ||
+                    i == SLUICEI_SCRIPT_SUBMIT;
         if ((strstr(shebang, "allow-oom") != NULL) == grows)
             fprintf(stderr, "    script %d: shebang '%s'\n", i, shebang);
         CHECK((strstr(shebang, "allow-oom") != NULL) == !grows);
@@ -203,6 +204,12 @@ static void test_script_sources(void)
         CHECK(strstr(src, "KEYS[2]") == NULL);
     }
     CHECK(sluicei_script_source(SLUICEI_SCRIPT_COUNT) == NULL);
+    /* The embedded table and the enum agree (Makefile LUA_SCRIPTS). */
+    extern const unsigned sluicei_lua_count;
+    CHECK(sluicei_lua_count == SLUICEI_SCRIPT_COUNT);
+    CHECK(sluicei_script_by_name("push") == SLUICEI_SCRIPT_PUSH);
+    CHECK(sluicei_script_by_name("task_fail") == SLUICEI_SCRIPT_TASK_FAIL);
+    CHECK(sluicei_script_by_name("nope") == SLUICEI_SCRIPT_COUNT);
     CHECK(sluicei_script_source((sluicei_script_id)-1) == NULL);
 }
 

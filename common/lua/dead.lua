@@ -1,0 +1,7 @@
+#!lua flags=allow-oom
+-- dead: ARGV cid, id, reason, now_ms. A consumer found the batch invalid:
+-- it leaves the consumer's pending list for the dead-letter list.
+--! include lib
+redis.call('LREM', pre .. 'pending:' .. ARGV[1], 1, ARGV[2])
+dead_letter(ARGV[2], ARGV[3], ARGV[4])
+return 1

@@ -1,0 +1,17 @@
+#!lua flags=allow-oom
+-- task_done: ARGV producer id, 'epoch:shard', batches pushed. Marks the
+-- task done (every batch of it is stored) and ends its epoch when it was
+-- the last. Returns 1, or 0 when the task is no longer this producer's
+-- (its lease ran out; whoever redoes it pushes the same ids, which Redis
+-- drops as duplicates).
+--! include lib
+local t = ARGV[2]
+if redis.call('HGET', pre .. 'towner', t) ~= ARGV[1] then return 0 end
+redis.call('ZREM', pre .. 'tlease', t)
+redis.call('HDEL', pre .. 'towner', t)
+redis.call('HSET', pre .. 'tbatches', t, ARGV[3])
+local e = string.match(t, '^(%d+):')
+redis.call('HINCRBY', pre .. 'edone', e, 1)
+redis.call('HINCRBY', pre .. 'stats', 'tasks_done', 1)
+epoch_end(e)
+return 1
