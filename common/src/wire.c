@@ -1147,3 +1147,8 @@ void sluice_batch_free(sluice_batch *b)
         b->frame_free(b->frame_owner);
     free(b);
 }
+
+int sluice_batch_is_padding(const sluice_batch *b)
+{
+    return b->padding;
+}

@@ -80,6 +80,7 @@ struct sluice_batch {
     uint32_t deliveries;
     void *consumer;            /* owning consumer, NULL for a plain decode */
     int acked;                 /* release() already sent its ack */
+    int padding;               /* delivered as padding (sluice_batch_is_padding) */
 };
 
 #endif

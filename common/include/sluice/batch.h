@@ -94,6 +94,11 @@ const sluice_tensor *sluice_batch_find_tensor(const sluice_batch *b, const char 
  * Always 1 for a batch decoded outside a consumer. */
 uint32_t sluice_batch_deliveries(const sluice_batch *b);
 
+/* 1 when b is padding: a batch of the epoch delivered again to complete
+ * the last round of a coordinated queue whose remainder policy is "pad";
+ * else 0. */
+int sluice_batch_is_padding(const sluice_batch *b);
+
 /* Frees a batch that did not come from a consumer (sluice_wire_decode()).
  * For a consumer's batch use sluice_batch_release(). NULL is a no-op. */
 void sluice_batch_free(sluice_batch *b);

@@ -30,6 +30,17 @@ extern "C" {
 
 typedef struct sluice_consumer sluice_consumer;
 
+/* How a consumer acknowledges. */
+typedef enum sluice_ack_mode {
+    /* Default, at-least-once: a batch is held under this consumer's lease
+     * until sluice_batch_release(); if the consumer dies, it goes to
+     * another consumer once the lease expires. */
+    SLUICE_ACK_EXPLICIT = 0,
+    /* At-most-once: a batch is removed from Redis as it is taken. Faster
+     * (no ack round trip), but the batches a dying consumer holds are lost. */
+    SLUICE_ACK_NONE = 1,
+} sluice_ack_mode;
+
 typedef struct sluice_consumer_opts {
     const char *redis_url;    /* redis://[user[:pass]@]host[:port][/db] or unix:///path[?db=N] */
     const char *queue;        /* an existing queue (sluice-ctl create) */
@@ -38,6 +49,10 @@ typedef struct sluice_consumer_opts {
     int connect_timeout_ms;   /* 0: SLUICE_CONNECT_TIMEOUT_MS_DEFAULT */
     int reconnect_timeout_ms; /* give up a lost connection after this long; 0: wait forever */
     const char *consumer_id;  /* NULL: a random id */
+    int world;                /* coordinated queues: the number of ranks N (must match
+                                 the queue); 0: a free consumer of a free queue */
+    int rank;                 /* coordinated queues: this consumer's rank, 0..N-1 */
+    sluice_ack_mode ack_mode; /* SLUICE_ACK_EXPLICIT (default) or SLUICE_ACK_NONE */
 } sluice_consumer_opts;
 
 /* Connects and checks that the queue exists. On SLUICE_OK *out is a new
@@ -48,6 +63,14 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
                                 char *errbuf, size_t errlen);
 
 /* Waits up to timeout_ms (< 0: forever, 0: no wait) for the next batch.
+ *
+ * Epochs: the batches of a job come epoch by epoch. When every batch of the
+ * consumer's current epoch has been taken, next() returns SLUICE_EOF once;
+ * the following call starts the next epoch (sluice_consumer_epoch() tells
+ * which). After the last epoch of the job, next() returns SLUICE_EOF for
+ * good and sluice_consumer_finished() returns 1. A queue fed without a job
+ * has a single epoch 0 that never ends.
+ *
  * On SLUICE_OK *out belongs to the caller until sluice_batch_release(); its
  * records and tensors point into the batch and are valid until then. On any
  * other result *out is NULL: SLUICE_ERR_TIMEOUT when nothing arrived in
@@ -73,13 +96,23 @@ typedef struct sluice_consumer_stats {
     uint64_t records;
     uint64_t bytes;            /* frame bytes returned by next() */
     uint64_t redelivered;      /* batches whose delivery count was > 1 */
-    uint64_t invalid;          /* frames that failed validation */
+    uint64_t duplicates;       /* batches dropped because this consumer had them already */
+    uint64_t padding;          /* padding batches returned (coordinated, remainder pad) */
+    uint64_t invalid;          /* frames that failed validation (sent to the dead letters) */
     uint64_t reconnects;
     uint64_t blocked_us;       /* time spent waiting inside next() */
+    uint64_t epochs_ended;     /* SLUICE_EOF results for ended epochs */
 } sluice_consumer_stats;
 
 /* Copies the consumer's counters into *st. */
 void sluice_consumer_stats_get(const sluice_consumer *c, sluice_consumer_stats *st);
+
+/* The epoch the next batch comes from (the one in progress). */
+uint32_t sluice_consumer_epoch(const sluice_consumer *c);
+
+/* 1 once the job's last epoch has ended (next() then returns SLUICE_EOF
+ * for good), else 0. */
+int sluice_consumer_finished(const sluice_consumer *c);
 
 /* The detail of the last failure on c (one line, owned by c, valid until
  * the next call on c); "" when none. */

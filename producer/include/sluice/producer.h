@@ -68,6 +68,46 @@ sluice_err sluice_producer_flush(sluice_producer *p);
 /* Flushes (best effort), disconnects and frees p. NULL is a no-op. */
 void sluice_producer_close(sluice_producer *p);
 
+/* ---- Jobs: tasks claimed under a lease ----------------------------------
+ *
+ * A job (sluice-ctl submit) is a list of tasks, one per shard of the
+ * manifest and epoch. A producer claims a task, pushes its batches (their
+ * ids are (epoch, shard, 0..)), and marks it done. While it holds a task,
+ * every push and every wait renews the task's lease; a producer that stops
+ * renewing (killed) loses the task to whoever reaps it after lease_ms, and
+ * another producer does it again — the same ids, so no batch is doubled. */
+typedef struct sluice_task {
+    uint32_t epoch;
+    uint64_t shard;           /* the manifest entry: also the task number in batch ids */
+    const char *reader;       /* reader name from the manifest ("tfrecord", "idx", ...) */
+    const char *const *paths; /* npaths input paths */
+    size_t npaths;
+    uint64_t start, end;      /* record range [start, end); end == UINT64_MAX: to the end */
+    uint32_t batch_size;      /* records per batch, from the job */
+    uint32_t epochs;          /* epochs of the job */
+    int attempt;              /* 1 on the first try */
+} sluice_task;
+
+/* Claims the next task of the queue's job, waiting up to timeout_ms (< 0:
+ * until one comes or the job ends) while other producers hold the
+ * remaining ones. On SLUICE_OK *out is the task, owned by p until
+ * sluice_producer_task_done/_fail/_release; the producer's batch ids now
+ * count within it (as sluice_producer_set_task(epoch, shard)). SLUICE_EOF:
+ * the job is finished (or there is no job). SLUICE_ERR_TIMEOUT: no task
+ * free yet. lease_ms 0 means 10000. */
+sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int timeout_ms,
+                                      int lease_ms);
+/* Flushes every push of the task, then marks it done. Frees t. Returns
+ * SLUICE_ERR_IO with errstr "lease lost" when the task was reaped
+ * meanwhile (someone else redoes it; nothing is lost). */
+sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t);
+/* The task failed: error (one line) is kept; it is retried, or after the
+ * job's max attempts recorded as failed. Frees t. */
+sluice_err sluice_producer_task_fail(sluice_producer *p, sluice_task *t, const char *error);
+/* Hands the task back untried (shutting down): it is not counted as an
+ * attempt. Frees t. */
+sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t);
+
 typedef struct sluice_producer_stats {
     uint64_t batches;         /* stored in Redis */
     uint64_t records;
@@ -76,6 +116,8 @@ typedef struct sluice_producer_stats {
     uint64_t full_waits;      /* times a push waited for room */
     uint64_t blocked_us;      /* time spent waiting for room */
     uint64_t reconnects;
+    uint64_t tasks_done;
+    uint64_t tasks_failed;
 } sluice_producer_stats;
 
 void sluice_producer_stats_get(const sluice_producer *p, sluice_producer_stats *st);
