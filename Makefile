@@ -13,24 +13,29 @@ DEPS_OK   := $(BUILD)/.deps-ok
 BASE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -D_GNU_SOURCE \
                -Icommon/include -Iconsumer/include -Iproducer/include -Icommon/src
 ALL_CFLAGS  = $(BASE_CFLAGS) $(SAN) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
-LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz
+LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz -ldl
 ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 
 LIB_SRC := common/src/err.c common/src/conn.c common/src/wire.c common/src/proto.c \
            consumer/src/consumer.c producer/src/producer.c
-READER_SRC := $(wildcard producer/src/readers/*.c) producer/src/crc32c.c
+READER_SRC := producer/src/reader.c $(wildcard producer/src/readers/*.c) producer/src/crc32c.c
+# Jobs: manifests (which count records through the readers) and --transform
+# plugins; linked into sluice-producer, sluice-ctl and the unit tests.
+JOB_SRC := producer/src/manifest.c producer/src/transform.c
 LUA_SCRIPTS := create delete push take claim ack requeue reap beat dead deadadmin \
                submit task_claim task_renew task_done task_fail
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/lua_scripts.o
 READER_OBJ := $(READER_SRC:%.c=$(BUILD)/%.o)
+JOB_OBJ := $(JOB_SRC:%.c=$(BUILD)/%.o)
 HEADERS := common/include/sluice/common.h common/include/sluice/batch.h \
-           consumer/include/sluice/consumer.h producer/include/sluice/producer.h
+           consumer/include/sluice/consumer.h producer/include/sluice/producer.h \
+           producer/include/sluice/transform.h
 
 PROGRAMS := $(BUILD)/sluice-producer $(BUILD)/sluice-consume $(BUILD)/sluice-ctl
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(BUILD)/unit-tests
 
-.PHONY: all deps test unit integration asan demo install uninstall clean
+.PHONY: all deps test unit integration asan demo bench install uninstall clean
 
 all: $(DEPS_OK) $(BUILD)/libsluice.a $(BUILD)/libsluice.so $(BUILD)/sluice.pc $(PROGRAMS)
 
@@ -64,23 +69,65 @@ $(BUILD)/sluice.pc: sluice.pc.in Makefile
 	@mkdir -p $(BUILD)
 	$(PC_SUBST) > $@
 
-$(BUILD)/sluice-producer: $(BUILD)/producer/src/main.o $(READER_OBJ) $(BUILD)/libsluice.a
+$(BUILD)/sluice-producer: $(BUILD)/producer/src/main.o $(JOB_OBJ) $(READER_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
 $(BUILD)/sluice-consume: $(BUILD)/consumer/src/consume.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
-$(BUILD)/sluice-ctl: $(BUILD)/common/src/ctl.o $(BUILD)/libsluice.a
+$(BUILD)/sluice-ctl: $(BUILD)/common/src/ctl.o $(JOB_OBJ) $(READER_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
-$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(READER_OBJ) $(BUILD)/libsluice.a
+# The example trainer (examples/trainer, the demo's ranks), linked with the
+# uninstalled library; examples/trainer/Makefile builds it against an
+# installed one through pkg-config.
+$(BUILD)/sluice-trainer: $(BUILD)/examples/trainer/trainer.o $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS) -lm
+
+$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(JOB_OBJ) $(READER_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
 # Test data generator used by the integration tests.
 $(BUILD)/gen-tfrecord: $(BUILD)/tests/tools/gen-tfrecord.o $(BUILD)/producer/src/crc32c.o
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
-unit: all $(UNIT_BIN) $(BUILD)/gen-tfrecord
+# Pushes tensor batches of known contents (the Python tensor test).
+$(BUILD)/push-tensors: $(BUILD)/tests/tools/push-tensors.o $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+# A consumer that takes batches and holds them until killed (consumer tests),
+# and the timing of next() on prefetched batches.
+$(BUILD)/hold: $(BUILD)/tests/tools/hold.o $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+$(BUILD)/next-latency: $(BUILD)/tests/tools/next-latency.o $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+unit: all $(UNIT_BIN) $(BUILD)/gen-tfrecord $(BUILD)/push-tensors $(BUILD)/hold $(BUILD)/next-latency
+
+# Load tools of the benchmark (bench/bench.py), on the library's public API.
+BENCH_TOOLS := $(BUILD)/bench-produce $(BUILD)/bench-consume
+
+$(BUILD)/bench-%: $(BUILD)/tests/tools/bench-%.o $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+# One run against a private redis-server: prints the table and writes it to
+# bench/results.md (bench/README.md explains what is measured).
+bench: all $(BENCH_TOOLS)
+	@BUILD=$(BUILD) bench/run.sh
+
+# IDX reader check against Python (tests/integration/idx_python.sh).
+$(BUILD)/dump-idx: $(BUILD)/tests/tools/dump-idx.o $(READER_OBJ) $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+# The example --transform plugin (examples/transform/upper.c); the unit
+# tests load it.
+$(BUILD)/examples/libupper.so: examples/transform/upper.c producer/include/sluice/transform.h \
+                               common/include/sluice/batch.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared $< -o $@ $(ALL_LDFLAGS)
+
+unit: $(BUILD)/dump-idx $(BUILD)/examples/libupper.so
 
 # The README's test command: unit tests, then integration tests, each on a
 # private redis-server; ends with "N passed, N failed".
@@ -111,3 +158,37 @@ uninstall:
 
 clean:
 	rm -rf build build-asan
+
+# ---- fuzzing ---------------------------------------------------------------
+# `make fuzz` runs every libFuzzer target for FUZZ_TIME seconds (clang), on a
+# scratch copy of its seed corpus tests/fuzz/corpus/NAME. The replay
+# binaries run the seeds and tests/fuzz/regress/NAME (inputs of fixed
+# crashes) through the same checks with any compiler, in `make test`.
+FUZZ_TARGETS ?= wire url tfrecord idx manifest
+FUZZ_TIME ?= 60
+FUZZ_CC ?= clang
+FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+              -Icommon/include -Iconsumer/include -Iproducer/include -Icommon/src -Iproducer/src
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz-%)
+REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay-%)
+
+$(BUILD)/fuzz/fuzz-%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(READER_SRC) $(JOB_SRC) $(BUILD)/common/lua_scripts.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(shell pkg-config --cflags $(PKGS)) $^ -o $@ $(LIBS) -ldl
+
+$(BUILD)/fuzz/replay-%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(JOB_OBJ) $(READER_OBJ) $(BUILD)/libsluice.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Iproducer/src $^ -o $@ $(ALL_LDFLAGS) $(LIBS) -ldl
+
+unit: $(REPLAY_BIN)
+
+fuzz: $(DEPS_OK) $(FUZZ_BIN)
+	@FUZZ_TIME=$(FUZZ_TIME) BUILD=$(BUILD) tests/fuzz/run.sh $(FUZZ_TARGETS)
+.PHONY: fuzz
+
+# Validates docker-compose.yml offline (syntax, schema, variables) with the
+# example settings; needs Debian's docker-compose, no Docker daemon.
+# tests/integration/compose_check.sh runs it, plus checks of the content.
+compose-check:
+	docker-compose -f docker-compose.yml --env-file .env.example config -q
+.PHONY: compose-check

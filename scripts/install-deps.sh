@@ -3,6 +3,9 @@
 # Prints nothing and exits 0 when everything is installed already (the
 # Makefile runs it before every build). Never starts redis-server as a
 # service: tests start their own private servers.
+#
+#   scripts/install-deps.sh                          # what the build needs
+#   scripts/install-deps.sh dataset-fashion-mnist    # that too (make demo)
 set -euo pipefail
 
 PKGS=(
@@ -10,8 +13,10 @@ PKGS=(
     libhiredis-dev libevent-dev libmsgpack-dev zlib1g-dev
     redis-server redis-tools
     python3 python3-msgpack python3-redis python3-numpy
-    procps coreutils
+    procps coreutils docker-compose
 )
+# Extra packages a caller needs besides the build's (arguments).
+PKGS+=("$@")
 
 missing=()
 for p in "${PKGS[@]}"; do

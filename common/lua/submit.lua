@@ -1,8 +1,9 @@
 #!lua
 -- submit: ARGV epochs, ntasks, batch_size, seed, max_attempts, now_us,
 -- then ntasks task definitions (shard 0, 1, ...), then one string per
--- epoch with that epoch's task order ("3,0,2,1"). Replaces a finished job;
--- refuses while one runs. Returns the number of tasks queued.
+-- epoch with that epoch's task order ("3,0,2,1"). Replaces a finished job
+-- once its batches are consumed; refuses while one runs. Returns the number
+-- of tasks queued.
 --! include lib
 if redis.call('EXISTS', meta) == 0 then
   return redis.error_reply('NOQUEUE no such queue')
@@ -16,6 +17,14 @@ if redis.call('EXISTS', job) == 1 then
   if st[1] ~= 'finished' then
     return redis.error_reply('JOBEXISTS the queue runs a job (epoch ' .. st[2] .. ' of ' ..
                              st[3] .. '); wait for it to finish or delete the queue')
+  end
+  -- The new job's batch ids repeat the old one's: batches of the old job
+  -- still held would make push drop the new ones as duplicates.
+  local held = redis.call('HLEN', pre .. 'data')
+  if held > 0 then
+    return redis.error_reply('JOBEXISTS the previous job is finished but ' .. held ..
+                             ' of its batches are not consumed yet; wait for the ' ..
+                             'consumers or delete the queue')
   end
   local ranks = tonumber(redis.call('HGET', meta, 'ranks') or '0')
   for e = 0, tonumber(st[3]) - 1 do

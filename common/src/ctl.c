@@ -1,21 +1,32 @@
-/* sluice-ctl: create, inspect and delete queues. */
+/* sluice-ctl: create, inspect and delete queues; submit jobs and watch
+ * them; dead letters; reaping. */
 #include "conn.h"
 #include "proto.h"
+/* The manifest parser lives with the readers it checks paths against. */
+#include "../../producer/src/manifest.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
 
+#define MAX_EPOCHS 1000000
+#define MAX_BATCH_SIZE 1000000
+#define MAX_ATTEMPTS 1000
+/* Most tasks (shards x epochs) one submit may queue. */
+#define MAX_TASKS 10000000ULL
+
 static const char usage_text[] =
     "usage: sluice-ctl [--redis URL] COMMAND [ARGS]\n"
     "\n"
-    "Create, inspect and delete sluice queues.\n"
+    "Create, inspect and delete sluice queues; submit jobs to them.\n"
     "\n"
     "commands:\n"
     "  create Q --max-batches N --max-bytes B [--consumers N --coordinated\n"
@@ -30,11 +41,38 @@ static const char usage_text[] =
     "                       --max-deliveries: deliveries without an ack before a\n"
     "                       batch is dead-lettered (default 3)\n"
     "  delete Q             remove queue Q and everything it holds\n"
-    "  info Q               show budgets, what the queue holds and its counters\n"
+    "  info Q [--json]      show budgets, what the queue holds, its counters, the job\n"
+    "                       (if any), and the producers and consumers alive\n"
+    "  submit Q --manifest FILE --epochs E --batch-size N [--shuffle-seed S]\n"
+    "         [--max-attempts K]\n"
+    "                       turn the manifest into a job: one task per shard and\n"
+    "                       epoch, E epochs, N records per batch. With a seed each\n"
+    "                       epoch's task order is a shuffle (the same seed gives the\n"
+    "                       same orders; epochs differ); without one, manifest order.\n"
+    "                       A task that fails K times (default 3) is recorded as\n"
+    "                       failed. Refused while the queue runs a job; replaces a\n"
+    "                       finished one. All or nothing: on any error no trace of\n"
+    "                       the job is left in Redis.\n"
+    "  jobs Q [--json]      the job part of info: epochs, tasks waiting / claimed /\n"
+    "                       done / failed (with their errors), batches per epoch,\n"
+    "                       the producers working on it\n"
+    "  dead Q [--requeue | --purge]\n"
+    "                       list the dead letters (id, size, time, reason); --requeue\n"
+    "                       puts them back in their epoch's list, --purge deletes them\n"
+    "  reap Q               hand back now the batches of consumers and the tasks of\n"
+    "                       producers whose lease expired (producers and consumers\n"
+    "                       reap too; anybody may)\n"
     "  script NAME          print the Lua source of a protocol script\n"
     "                       (create delete push take claim ack requeue reap beat\n"
     "                       dead deadadmin submit task_claim task_renew task_done\n"
     "                       task_fail)\n"
+    "\n"
+    "manifest (one shard per line; '#' starts a comment line):\n"
+    "  READER PATH [PATH...] [records=START:END] [split=N]\n"
+    "  READER: tfrecord, lines, idx (pairs: images labels), fixed:SIZE, files.\n"
+    "  Relative paths are relative to the manifest's folder. records= selects a\n"
+    "  range of the paths' records; split=N cuts the line into N shards.\n"
+    "  e.g.   idx train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz split=12\n"
     "\n"
     "options:\n"
     "  --redis URL          redis://[user[:password]@]host[:port][/db] or\n"
@@ -44,11 +82,15 @@ static const char usage_text[] =
     "  -h, --help           show this help\n"
     "  --version            show the version\n"
     "\n"
-    "example:\n"
+    "examples:\n"
     "  sluice-ctl --redis redis://127.0.0.1:6379 create train --max-batches 64 --max-bytes 256M\n"
+    "  sluice-ctl submit train --manifest train.manifest --epochs 10 --batch-size 64 \\\n"
+    "      --shuffle-seed 7\n"
+    "  sluice-ctl info train --json\n"
     "\n"
-    "exit status: 0 success, 1 runtime error (Redis, missing queue), 2 usage error\n";
-
+    "exit status: 0 success, 1 runtime error (Redis, missing queue, a job already\n"
+    "running, a malformed or unreadable manifest: FILE:LINE says where), 2 usage\n"
+    "error\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -105,12 +147,69 @@ static int runtime_error(const char *what, sluice_err e, const char *detail)
     return EXIT_RUNTIME;
 }
 
+/* Runs script id on queue q with any number of arguments (submit takes
+ * one per task definition): EVALSHA of the copy loaded at connect, EVAL
+ * when the server has lost it. Same contract as sluicei_script_run(). */
+static sluice_err script_call(sluicei_conn *c, sluicei_script_id id, const char *q, size_t argc,
+                              const char **argv, const size_t *argvlen, redisReply **out)
+{
+    char key[SLUICE_MAX_KEY];
+    size_t n = 4 + argc;
+    const char **av = malloc(n * sizeof *av);
+    size_t *al = malloc(n * sizeof *al);
+    *out = NULL;
+    if (!av || !al || n > INT32_MAX) {
+        free(av);
+        free(al);
+        snprintf(c->errstr, sizeof c->errstr, "out of memory for %zu script arguments", argc);
+        return SLUICE_ERR_NOMEM;
+    }
+    sluicei_key(key, q, "meta");
+    int have_sha = c->script_sha[id][0] != '\0';
+    av[0] = have_sha ? "EVALSHA" : "EVAL";
+    av[1] = have_sha ? c->script_sha[id] : sluicei_script_source(id);
+    av[2] = "1";
+    av[3] = key;
+    for (size_t i = 0; i < argc; i++) {
+        av[4 + i] = argv[i];
+        al[4 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        al[i] = strlen(av[i]);
+    sluice_err e = sluicei_conn_commandargv(c, out, (int)n, av, al);
+    if (e == SLUICE_ERR_REDIS && *out && strncmp((*out)->str, "NOSCRIPT", 8) == 0) {
+        /* The server lost its script cache (restart, SCRIPT FLUSH). */
+        freeReplyObject(*out);
+        av[0] = "EVAL";
+        av[1] = sluicei_script_source(id);
+        al[0] = 4;
+        al[1] = strlen(av[1]);
+        e = sluicei_conn_commandargv(c, out, (int)n, av, al);
+    }
+    if (e == SLUICE_ERR_REDIS && *out)
+        e = sluicei_reply_error_code(*out);
+    free(av);
+    free(al);
+    return e;
+}
+
+/* The message of a script's error reply without its code word
+ * ("JOBEXISTS the queue runs..." -> "the queue runs..."). */
+static const char *error_text(const redisReply *r, const char *code)
+{
+    const char *s = r && r->type == REDIS_REPLY_ERROR ? strstr(r->str, code) : NULL;
+    if (!s)
+        return r && r->str ? r->str : "";
+    s += strlen(code);
+    return *s == ' ' ? s + 1 : s;
+}
+
 /* Runs a script; on failure prints one line naming the queue and returns
  * non-zero. On success *out holds the reply. */
-static int run_script(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,
+static int run_script(sluicei_conn *c, sluicei_script_id id, const char *q, size_t argc,
                       const char **argv, redisReply **out)
 {
-    sluice_err e = sluicei_script_run(c, id, q, argc, argv, NULL, out);
+    sluice_err e = script_call(c, id, q, argc, argv, NULL, out);
     if (e == SLUICE_OK)
         return 0;
     char what[SLUICE_MAX_QUEUE_NAME + 32];
@@ -118,6 +217,8 @@ static int run_script(sluicei_conn *c, sluicei_script_id id, const char *q, int 
     if (e == SLUICE_ERR_NOQUEUE)
         fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create %s)\n",
                 q, q);
+    else if (e == SLUICE_ERR_EXISTS && *out && strstr((*out)->str, "JOBEXISTS"))
+        fprintf(stderr, "sluice-ctl: queue '%s': %s\n", q, error_text(*out, "JOBEXISTS"));
     else if (e == SLUICE_ERR_EXISTS)
         fprintf(stderr, "sluice-ctl: queue '%s' exists already (sluice-ctl delete %s removes it)\n", q,
                 q);
@@ -223,76 +324,868 @@ static int cmd_delete(sluicei_conn *c, const char *q)
     return 0;
 }
 
-/* Counters of the stats hash that info prints, in this order. */
-static const char *const info_stats[] = {"pushed", "pushed_bytes", "acked", "acked_bytes",
-                                         "dup_dropped", "requeued"};
+/* ---- submit --------------------------------------------------------------- */
 
-static int cmd_info(sluicei_conn *c, const char *q)
+typedef struct submit_opts {
+    const char *manifest;
+    uint64_t epochs, batch_size, max_attempts, seed;
+    int has_seed;
+} submit_opts;
+
+/* Parses a decimal uint64 (0 allowed). Returns -1 when malformed. */
+static int parse_u64(const char *s, uint64_t *out)
 {
-    char k_meta[SLUICE_MAX_KEY], k_data[SLUICE_MAX_KEY], k_bytes[SLUICE_MAX_KEY],
-        k_ready[SLUICE_MAX_KEY], k_cons[SLUICE_MAX_KEY], k_stats[SLUICE_MAX_KEY];
-    sluicei_key(k_meta, q, "meta");
-    sluicei_key(k_data, q, "data");
-    sluicei_key(k_bytes, q, "bytes");
-    sluicei_key(k_ready, q, "ready:0");
-    sluicei_key(k_cons, q, "consumers");
-    sluicei_key(k_stats, q, "stats");
+    char *end;
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
 
-    redisReply *meta = NULL, *r = NULL;
-    sluice_err e = sluicei_conn_command(c, &meta, "HMGET %s max_batches max_bytes created_us", k_meta);
-    if (e != SLUICE_OK)
-        return runtime_error("info", e, meta ? meta->str : c->errstr);
-    if (meta->type != REDIS_REPLY_ARRAY || meta->elements != 3 ||
-        meta->element[0]->type != REDIS_REPLY_STRING) {
-        freeReplyObject(meta);
+/* Reads submit's flags. Returns 0 or EXIT_USAGE (message printed). */
+static int parse_submit(int argc, char **argv, submit_opts *o)
+{
+    *o = (submit_opts){.max_attempts = 3};
+    for (int i = 0; i < argc; i++) {
+        const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t *num = NULL, max = 0;
+        if (strcmp(opt, "--manifest") == 0)
+            ;
+        else if (strcmp(opt, "--epochs") == 0)
+            num = &o->epochs, max = MAX_EPOCHS;
+        else if (strcmp(opt, "--batch-size") == 0)
+            num = &o->batch_size, max = MAX_BATCH_SIZE;
+        else if (strcmp(opt, "--max-attempts") == 0)
+            num = &o->max_attempts, max = MAX_ATTEMPTS;
+        else if (strcmp(opt, "--shuffle-seed") != 0)
+            return usage_error("submit: unknown argument '%s'", opt);
+        if (!val)
+            return usage_error("%s needs a value", opt);
+        i++;
+        if (strcmp(opt, "--manifest") == 0) {
+            o->manifest = val;
+        } else if (!num) {
+            if (parse_u64(val, &o->seed) != 0)
+                return usage_error("--shuffle-seed '%s' is not an integer in 0..2^64-1", val);
+            o->has_seed = 1;
+        } else if (parse_amount(val, 0, num) != 0 || *num > max) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "%s '%%s' is not an integer in 1..%" PRIu64, opt, max);
+            return usage_error(msg, val);
+        }
+    }
+    if (!o->manifest)
+        return usage_error("submit: %s is required", "--manifest FILE");
+    if (!o->epochs)
+        return usage_error("submit: %s is required", "--epochs E");
+    if (!o->batch_size)
+        return usage_error("submit: %s is required", "--batch-size N");
+    return 0;
+}
+
+/* splitmix64: a small, well-mixed generator; one state per epoch. */
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* A uniform value in [0, bound), bound >= 1 (rejection, no modulo bias). */
+static uint64_t uniform(uint64_t *state, uint64_t bound)
+{
+    uint64_t threshold = (0 - bound) % bound;   /* 2^64 mod bound */
+    for (;;) {
+        uint64_t x = splitmix64(state);
+        if (x >= threshold)
+            return x % bound;
+    }
+}
+
+/* Writes epoch's task order "3,0,2,1" into a new string (caller frees):
+ * manifest order without a seed; else a Fisher-Yates shuffle driven by
+ * splitmix64 seeded with seed ^ epoch, so that the same seed always gives
+ * the same orders and each epoch its own. */
+static char *epoch_order(uint32_t *perm, size_t n, const submit_opts *o, uint64_t epoch)
+{
+    for (size_t i = 0; i < n; i++)
+        perm[i] = (uint32_t)i;
+    if (o->has_seed) {
+        uint64_t st = o->seed ^ epoch;
+        for (size_t i = n - 1; i > 0; i--) {
+            size_t j = (size_t)uniform(&st, i + 1);
+            uint32_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+    }
+    char *s = malloc(n * 8 + 1);   /* shards < 10^7: 7 digits and a comma each */
+    if (!s)
+        return NULL;
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)sprintf(s + len, i ? ",%" PRIu32 : "%" PRIu32, perm[i]);
+    s[len] = '\0';
+    return s;
+}
+
+static int cmd_submit(sluicei_conn *c, const char *q, const submit_opts *o,
+                      const sluicei_shard *shards, size_t n)
+{
+    if ((uint64_t)n * o->epochs > MAX_TASKS) {
+        fprintf(stderr, "sluice-ctl: %zu shards x %" PRIu64 " epochs is more than %llu tasks\n",
+                n, o->epochs, MAX_TASKS);
+        return EXIT_RUNTIME;
+    }
+    size_t argc = 6 + n + (size_t)o->epochs;
+    const char **argv = calloc(argc, sizeof *argv);
+    uint32_t *perm = malloc(n * sizeof *perm);
+    char ep[24], ns[24], bs[24], seed[24], ma[24], now[24];
+    int rc = EXIT_RUNTIME;
+    if (!argv || !perm)
+        goto oom;
+    snprintf(ep, sizeof ep, "%" PRIu64, o->epochs);
+    snprintf(ns, sizeof ns, "%zu", n);
+    snprintf(bs, sizeof bs, "%" PRIu64, o->batch_size);
+    seed[0] = '\0';
+    if (o->has_seed)
+        snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
+    snprintf(ma, sizeof ma, "%" PRIu64, o->max_attempts);
+    snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us());
+    const char *head[6] = {ep, ns, bs, seed, ma, now};
+    memcpy(argv, head, sizeof head);
+    for (size_t i = 0; i < n; i++)
+        if (!(argv[6 + i] = sluicei_shard_encode(&shards[i])))
+            goto oom;
+    for (uint64_t e = 0; e < o->epochs; e++)
+        if (!(argv[6 + n + e] = epoch_order(perm, n, o, e)))
+            goto oom;
+    redisReply *r;
+    if (run_script(c, SLUICEI_SCRIPT_SUBMIT, q, argc, argv, &r) == 0) {
+        printf("submitted %lld tasks (%zu shards \xc3\x97 %" PRIu64 " epochs) to queue '%s'\n",
+               r->integer, n, o->epochs, q);
+        freeReplyObject(r);
+        rc = 0;
+    }
+    goto out;
+oom:
+    fprintf(stderr, "sluice-ctl: out of memory building the job\n");
+out:
+    if (argv)
+        for (size_t i = 6; i < argc; i++)
+            free((char *)argv[i]);
+    free(argv);
+    free(perm);
+    return rc;
+}
+
+/* ---- reading the queue's state ------------------------------------------- */
+
+/* A command that must work; on failure prints one line and returns NULL. */
+static redisReply *must(sluicei_conn *c, int argc, const char **argv)
+{
+    redisReply *r = NULL;
+    sluice_err e = sluicei_conn_commandargv(c, &r, argc, argv, NULL);
+    if (e == SLUICE_OK)
+        return r;
+    fprintf(stderr, "sluice-ctl: %s %s: %s\n", argv[0], argc > 1 ? argv[1] : "",
+            r ? r->str : c->errstr);
+    if (r)
+        freeReplyObject(r);
+    return NULL;
+}
+
+static void qkey(char *out, const char *q, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Writes the key "sluice:{q}:<name>" with name formatted from fmt. */
+static void qkey(char *out, const char *q, const char *fmt, ...)
+{
+    char name[SLUICE_MAX_KEY];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    sluicei_key(out, q, name);
+}
+
+/* The value of an integer-like reply (integer, decimal string; else 0). */
+static long long num_of(const redisReply *r)
+{
+    if (!r)
+        return 0;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return 0;
+}
+
+/* field's value in an HGETALL reply, or NULL. */
+static const char *hget(const redisReply *h, const char *field)
+{
+    if (!h || h->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    for (size_t i = 0; i + 1 < h->elements; i += 2)
+        if (strcmp(h->element[i]->str, field) == 0)
+            return h->element[i + 1]->str;
+    return NULL;
+}
+
+static long long hnum(const redisReply *h, const char *field)
+{
+    const char *v = hget(h, field);
+    return v ? strtoll(v, NULL, 10) : 0;
+}
+
+/* Runs "CMD key [arg]" and returns its integer value, or -1 (printed). */
+static long long count_cmd(sluicei_conn *c, const char *cmd, const char *key, const char *arg)
+{
+    const char *argv[3] = {cmd, key, arg};
+    redisReply *r = must(c, arg ? 3 : 2, argv);
+    if (!r)
+        return -1;
+    long long v = num_of(r);
+    if (r->type == REDIS_REPLY_NIL)
+        v = -2;   /* for LPOS: not there */
+    freeReplyObject(r);
+    return v;
+}
+
+static redisReply *hgetall(sluicei_conn *c, const char *key)
+{
+    const char *argv[2] = {"HGETALL", key};
+    return must(c, 2, argv);
+}
+
+typedef struct epoch_info {
+    long long ready, pushed, acked, dropped, padded, failed_tasks, finished;
+    int ended;
+} epoch_info;
+
+typedef struct peer {
+    const char *id;
+    long long seen_ago_ms;
+    const char *extra;          /* producer: the task it holds; consumer: its rank */
+    long long pending;          /* consumer: batches it holds */
+    redisReply *stats;          /* pstats:/cstats: hash */
+} peer;
+
+/* Everything info and jobs show, read from Redis (not atomically: a
+ * snapshot of a moving queue, good enough for a human or a dashboard). */
+typedef struct qinfo {
+    const char *q;
+    redisReply *meta, *stats, *job, *estats, *edone, *eof, *failed, *terr, *tattempts, *towner;
+    redisReply *producers, *consumers, *crank;
+    long long held, bytes, ready, pending, dead;
+    long long waiting, claimed, done, ranks, epochs, lease_ms;
+    epoch_info *ep;
+    peer *prod, *cons;
+    size_t nprod, ncons;
+} qinfo;
+
+static void qinfo_free(qinfo *in)
+{
+    redisReply *all[] = {in->meta,   in->stats, in->job,      in->estats,    in->edone,
+                         in->eof,    in->failed, in->terr,    in->tattempts, in->towner,
+                         in->producers, in->consumers, in->crank};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            freeReplyObject(all[i]);
+    for (size_t i = 0; i < in->nprod; i++)
+        if (in->prod[i].stats)
+            freeReplyObject(in->prod[i].stats);
+    for (size_t i = 0; i < in->ncons; i++)
+        if (in->cons[i].stats)
+            freeReplyObject(in->cons[i].stats);
+    free(in->prod);
+    free(in->cons);
+    free(in->ep);
+}
+
+/* Batches waiting in list key, not counting an end marker eof:<e>. */
+static long long list_batches(sluicei_conn *c, const char *key, long long e, int ended)
+{
+    long long n = count_cmd(c, "LLEN", key, NULL);
+    if (n > 0 && ended) {
+        char marker[32];
+        snprintf(marker, sizeof marker, "eof:%lld", e);
+        long long pos = count_cmd(c, "LPOS", key, marker);
+        if (pos == -1)
+            return -1;
+        if (pos >= 0)
+            n--;
+    }
+    return n;
+}
+
+/* Fills the peers of kind (producers or consumers) from hash h. */
+static int read_peers(sluicei_conn *c, qinfo *in, const redisReply *h, int producers)
+{
+    size_t n = h->elements / 2;
+    peer *ps = calloc(n ? n : 1, sizeof *ps);
+    if (!ps)
+        return -1;
+    long long now = (long long)(sluicei_wall_us() / 1000u);
+    for (size_t i = 0; i < n; i++) {
+        peer *p = &ps[i];
+        char key[SLUICE_MAX_KEY + 80];
+        p->id = h->element[2 * i]->str;
+        p->seen_ago_ms = now - strtoll(h->element[2 * i + 1]->str, NULL, 10);
+        if (producers) {
+            for (size_t k = 0; in->towner && k + 1 < in->towner->elements; k += 2)
+                if (strcmp(in->towner->element[k + 1]->str, p->id) == 0)
+                    p->extra = in->towner->element[k]->str;
+            qkey(key, in->q, "pstats:%s", p->id);
+        } else {
+            p->extra = hget(in->crank, p->id);
+            qkey(key, in->q, "pending:%s", p->id);
+            if ((p->pending = count_cmd(c, "LLEN", key, NULL)) < 0)
+                goto fail;
+            in->pending += p->pending;
+            qkey(key, in->q, "cstats:%s", p->id);
+        }
+        if (!(p->stats = hgetall(c, key)))
+            goto fail;
+    }
+    if (producers) {
+        in->prod = ps;
+        in->nprod = n;
+    } else {
+        in->cons = ps;
+        in->ncons = n;
+    }
+    return 0;
+fail:
+    for (size_t i = 0; i < n; i++)
+        if (ps[i].stats)
+            freeReplyObject(ps[i].stats);
+    free(ps);
+    return -1;
+}
+
+/* Reads the queue's state. Returns 0, or EXIT_RUNTIME (printed). */
+static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
+{
+    char k[SLUICE_MAX_KEY];
+    memset(in, 0, sizeof *in);
+    in->q = q;
+#define HALL(field, name)                                     \
+    do {                                                      \
+        qkey(k, q, "%s", name);                               \
+        if (!(in->field = hgetall(c, k)))                     \
+            return EXIT_RUNTIME;                              \
+    } while (0)
+#define COUNT(field, cmd, name)                               \
+    do {                                                      \
+        qkey(k, q, "%s", name);                               \
+        if ((in->field = count_cmd(c, cmd, k, NULL)) < 0)     \
+            return EXIT_RUNTIME;                              \
+    } while (0)
+    HALL(meta, "meta");
+    if (in->meta->elements == 0) {
         fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create %s)\n",
                 q, q);
         return EXIT_RUNTIME;
     }
-    printf("queue: %s\n", q);
-    printf("max_batches: %s\n", meta->element[0]->str);
-    printf("max_bytes: %s\n", meta->element[1]->type == REDIS_REPLY_STRING ? meta->element[1]->str : "0");
-    freeReplyObject(meta);
+    in->ranks = hnum(in->meta, "ranks");
+    in->lease_ms = hget(in->meta, "lease_ms") ? hnum(in->meta, "lease_ms") : 10000;
+    HALL(stats, "stats");
+    HALL(job, "job");
+    HALL(estats, "estats");
+    HALL(edone, "edone");
+    HALL(eof, "eof");
+    HALL(terr, "terr");
+    HALL(tattempts, "tattempts");
+    HALL(towner, "towner");
+    HALL(producers, "producers");
+    HALL(consumers, "consumers");
+    HALL(crank, "crank");
+    COUNT(held, "HLEN", "data");
+    COUNT(bytes, "GET", "bytes");
+    COUNT(dead, "LLEN", "dead");
+    COUNT(waiting, "LLEN", "tasks");
+    COUNT(claimed, "ZCARD", "tlease");
+    COUNT(done, "HLEN", "tbatches");
+    qkey(k, q, "failed");
+    const char *lr[4] = {"LRANGE", k, "0", "-1"};
+    if (!(in->failed = must(c, 4, lr)))
+        return EXIT_RUNTIME;
+#undef HALL
+#undef COUNT
 
-    long long held = 0, bytes = 0, ready = 0, pending = 0, consumers = 0;
-#define INT_CMD(var, ...)                                                         \
-    do {                                                                          \
-        e = sluicei_conn_command(c, &r, __VA_ARGS__);                             \
-        if (e != SLUICE_OK)                                                       \
-            return runtime_error("info", e, r ? r->str : c->errstr);              \
-        var = r->type == REDIS_REPLY_INTEGER ? r->integer                         \
-              : r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;    \
-        freeReplyObject(r);                                                       \
-    } while (0)
-    INT_CMD(held, "HLEN %s", k_data);
-    INT_CMD(bytes, "GET %s", k_bytes);
-    INT_CMD(ready, "LLEN %s", k_ready);
-    e = sluicei_conn_command(c, &r, "HKEYS %s", k_cons);
-    if (e != SLUICE_OK)
-        return runtime_error("info", e, r ? r->str : c->errstr);
-    redisReply *cids = r;
-    consumers = (long long)cids->elements;
-    for (size_t i = 0; i < cids->elements; i++) {
-        char k_pend[SLUICE_MAX_KEY + 32];
+    /* Without a job the queue has one epoch, 0, that never ends. */
+    in->epochs = in->job->elements ? hnum(in->job, "epochs") : 1;
+    if (in->epochs < 1)
+        in->epochs = 1;
+    if (!(in->ep = calloc((size_t)in->epochs, sizeof *in->ep)))
+        return EXIT_RUNTIME;
+    for (long long e = 0; e < in->epochs; e++) {
+        epoch_info *x = &in->ep[e];
+        char f[48];
+#define EST(member, name)                                     \
+        snprintf(f, sizeof f, "%lld:%s", e, name);            \
+        x->member = hnum(in->estats, f)
+        EST(pushed, "pushed");
+        EST(acked, "acked");
+        EST(dropped, "dropped");
+        EST(padded, "padded");
+        EST(failed_tasks, "failed_tasks");
+#undef EST
+        snprintf(f, sizeof f, "%lld", e);
+        x->finished = hnum(in->edone, f);
+        x->ended = hget(in->eof, f) != NULL;
         long long n;
-        snprintf(k_pend, sizeof k_pend, "sluice:{%s}:pending:%s", q, cids->element[i]->str);
-        INT_CMD(n, "LLEN %s", k_pend);
-        pending += n;
+        if (in->ranks > 0) {
+            for (long long r = 0; r < in->ranks; r++) {
+                qkey(k, q, "ready:%lld:%lld", e, r);
+                if ((n = list_batches(c, k, e, x->ended)) < 0)
+                    return EXIT_RUNTIME;
+                x->ready += n;
+            }
+            qkey(k, q, "stage:%lld", e);
+            if ((n = count_cmd(c, "LLEN", k, NULL)) < 0)
+                return EXIT_RUNTIME;
+            x->ready += n;
+        } else {
+            qkey(k, q, "ready:%lld", e);
+            if ((n = list_batches(c, k, e, x->ended)) < 0)
+                return EXIT_RUNTIME;
+            x->ready += n;
+        }
+        in->ready += x->ready;
     }
-    freeReplyObject(cids);
-    printf("batches: %lld\n", held);
-    printf("bytes: %lld\n", bytes);
-    printf("ready: %lld\n", ready);
-    printf("pending: %lld\n", pending);
-    printf("consumers: %lld\n", consumers);
-    for (size_t i = 0; i < sizeof info_stats / sizeof info_stats[0]; i++) {
-        long long v;
-        INT_CMD(v, "HGET %s %s", k_stats, info_stats[i]);
-        printf("%s: %lld\n", info_stats[i], v);
-    }
-#undef INT_CMD
+    if (read_peers(c, in, in->producers, 1) || read_peers(c, in, in->consumers, 0))
+        return EXIT_RUNTIME;
     return 0;
 }
+
+/* ---- text output ---------------------------------------------------------- */
+
+/* Counters of the stats hash that info prints, in this order. */
+static const char *const info_stats[] = {"pushed", "pushed_bytes", "acked", "acked_bytes",
+                                         "dup_dropped", "requeued", "dead", "tasks_done",
+                                         "tasks_reaped"};
+
+static void print_stats_inline(const redisReply *h)
+{
+    for (size_t i = 0; h && i + 1 < h->elements; i += 2)
+        printf(" %s=%s", h->element[i]->str, h->element[i + 1]->str);
+}
+
+static void print_peers(const char *kind, const peer *ps, size_t n, long long lease_ms)
+{
+    for (size_t i = 0; i < n; i++) {
+        const peer *p = &ps[i];
+        printf("%s %s: seen %lld ms ago%s", kind, p->id, p->seen_ago_ms,
+               p->seen_ago_ms > lease_ms ? " (silent: lease expired)" : "");
+        if (kind[0] == 'p')
+            printf(", task %s", p->extra ? p->extra : "none");
+        else
+            printf(", rank %s, pending %lld", p->extra ? p->extra : "none", p->pending);
+        printf(";");
+        print_stats_inline(p->stats);
+        printf("\n");
+    }
+}
+
+static size_t alive(const peer *ps, size_t n, long long lease_ms)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ps[i].seen_ago_ms <= lease_ms;
+    return k;
+}
+
+static void print_job(const qinfo *in)
+{
+    const redisReply *j = in->job;
+    if (!j->elements) {
+        printf("job: none\n");
+        return;
+    }
+    const char *seed = hget(j, "seed");
+    printf("job: %s\n", hget(j, "state") ? hget(j, "state") : "?");
+    printf("epochs: %lld\n", in->epochs);
+    printf("epoch_open: %lld\n", hnum(j, "epoch_open"));
+    printf("batch_size: %lld\n", hnum(j, "batch_size"));
+    printf("shuffle_seed: %s\n", seed && *seed ? seed : "none");
+    printf("max_attempts: %lld\n", hnum(j, "max_attempts"));
+    printf("shards: %lld\n", hnum(j, "ntasks"));
+    printf("tasks: %lld\n", hnum(j, "ntasks") * in->epochs);
+    printf("tasks_waiting: %lld\n", in->waiting);
+    printf("tasks_claimed: %lld\n", in->claimed);
+    printf("tasks_done: %lld\n", in->done);
+    printf("tasks_failed: %zu\n", in->failed->elements);
+    for (size_t i = 0; i < in->failed->elements; i++) {
+        const char *t = in->failed->element[i]->str;
+        const char *err = hget(in->terr, t);
+        printf("failed %s: attempts %lld: %s\n", t, hnum(in->tattempts, t), err ? err : "");
+    }
+    for (long long e = 0; e < in->epochs; e++) {
+        const epoch_info *x = &in->ep[e];
+        printf("epoch %lld: ready=%lld pushed=%lld acked=%lld dropped=%lld padded=%lld "
+               "tasks_finished=%lld/%lld failed_tasks=%lld end=%s\n",
+               e, x->ready, x->pushed, x->acked, x->dropped, x->padded, x->finished,
+               hnum(j, "ntasks"), x->failed_tasks, x->ended ? "posted" : "open");
+    }
+    printf("producers: %zu\n", alive(in->prod, in->nprod, in->lease_ms));
+    print_peers("producer", in->prod, in->nprod, in->lease_ms);
+}
+
+static void print_info(const qinfo *in)
+{
+    printf("queue: %s\n", in->q);
+    printf("max_batches: %s\n", hget(in->meta, "max_batches") ? hget(in->meta, "max_batches") : "0");
+    printf("max_bytes: %s\n", hget(in->meta, "max_bytes") ? hget(in->meta, "max_bytes") : "0");
+    if (in->ranks > 0)
+        printf("coordinated: %lld ranks, remainder %s\n", in->ranks,
+               hget(in->meta, "remainder") ? hget(in->meta, "remainder") : "drop");
+    printf("lease_ms: %lld\n", in->lease_ms);
+    printf("max_deliveries: %lld\n", hnum(in->meta, "max_deliveries"));
+    printf("batches: %lld\n", in->held);
+    printf("bytes: %lld\n", in->bytes);
+    printf("ready: %lld\n", in->ready);
+    printf("pending: %lld\n", in->pending);
+    printf("consumers: %zu\n", alive(in->cons, in->ncons, in->lease_ms));
+    for (size_t i = 0; i < sizeof info_stats / sizeof info_stats[0]; i++)
+        printf("%s: %lld\n", info_stats[i], hnum(in->stats, info_stats[i]));
+    printf("dead_letters: %lld\n", in->dead);
+    print_job(in);
+    print_peers("consumer", in->cons, in->ncons, in->lease_ms);
+}
+
+/* ---- JSON output ---------------------------------------------------------- */
+
+/* A minimal JSON writer to stdout: nesting, commas, string escapes. */
+typedef struct jw {
+    int depth;
+    unsigned char first[32];   /* per level: nothing written yet */
+} jw;
+
+/* Writes s[0..n) as a JSON string: escapes quotes, backslashes and
+ * control characters, and replaces bytes that are not valid UTF-8 with
+ * U+FFFD, so that the output always parses. */
+static void jw_quote(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    putchar('"');
+    for (size_t i = 0; i < n;) {
+        unsigned char ch = u[i];
+        if (ch == '"' || ch == '\\') {
+            printf("\\%c", ch);
+            i++;
+        } else if (ch == '\n') {
+            fputs("\\n", stdout);
+            i++;
+        } else if (ch == '\t') {
+            fputs("\\t", stdout);
+            i++;
+        } else if (ch < 0x20 || ch == 0x7f) {
+            printf("\\u%04x", ch);
+            i++;
+        } else if (ch < 0x80) {
+            putchar(ch);
+            i++;
+        } else {
+            /* Length of the sequence from its lead byte; then check the
+             * continuation bytes, overlongs, surrogates, > U+10FFFF. */
+            size_t len = ch >= 0xf0 && ch <= 0xf4 ? 4 : ch >= 0xe0 ? 3 : ch >= 0xc2 && ch < 0xe0 ? 2 : 0;
+            int ok = len > 0 && i + len <= n;
+            for (size_t k = 1; ok && k < len; k++)
+                ok = (u[i + k] & 0xc0) == 0x80;
+            if (ok && len == 3)
+                ok = !(ch == 0xe0 && u[i + 1] < 0xa0) && !(ch == 0xed && u[i + 1] >= 0xa0);
+            if (ok && len == 4)
+                ok = !(ch == 0xf0 && u[i + 1] < 0x90) && !(ch == 0xf4 && u[i + 1] >= 0x90);
+            if (ok) {
+                fwrite(u + i, 1, len, stdout);
+                i += len;
+            } else {
+                fputs("\\ufffd", stdout);
+                i++;
+            }
+        }
+    }
+    putchar('"');
+}
+
+/* Before a value: the comma, and the key inside an object. */
+static void jw_pre(jw *w, const char *key)
+{
+    if (w->depth > 0) {
+        if (!w->first[w->depth])
+            putchar(',');
+        w->first[w->depth] = 0;
+    }
+    if (key) {
+        jw_quote(key, strlen(key));
+        putchar(':');
+    }
+}
+
+static void jw_open(jw *w, const char *key, char ch)
+{
+    jw_pre(w, key);
+    putchar(ch);
+    w->depth++;
+    w->first[w->depth] = 1;
+}
+
+static void jw_close(jw *w, char ch)
+{
+    w->depth--;
+    putchar(ch);
+}
+
+static void jw_int(jw *w, const char *key, long long v)
+{
+    jw_pre(w, key);
+    printf("%lld", v);
+}
+
+static void jw_str(jw *w, const char *key, const char *s)
+{
+    jw_pre(w, key);
+    if (s)
+        jw_quote(s, strlen(s));
+    else
+        fputs("null", stdout);
+}
+
+static void jw_bool(jw *w, const char *key, int v)
+{
+    jw_pre(w, key);
+    fputs(v ? "true" : "false", stdout);
+}
+
+/* A value from Redis: a JSON number when it is a plain integer, else a
+ * string. */
+static void jw_value(jw *w, const char *key, const char *s)
+{
+    size_t i = s[0] == '-', n = strlen(s);
+    int number = n > i && n - i <= 18 && !(s[i] == '0' && n - i > 1);
+    for (size_t k = i; number && k < n; k++)
+        number = s[k] >= '0' && s[k] <= '9';
+    jw_pre(w, key);
+    if (number)
+        fputs(s, stdout);
+    else
+        jw_quote(s, n);
+}
+
+/* Every field of an HGETALL reply as an object member key. */
+static void jw_hash(jw *w, const char *key, const redisReply *h)
+{
+    jw_open(w, key, '{');
+    for (size_t i = 0; h && i + 1 < h->elements; i += 2)
+        jw_value(w, h->element[i]->str, h->element[i + 1]->str);
+    jw_close(w, '}');
+}
+
+static void jw_peers(jw *w, const char *key, const peer *ps, size_t n, int producers,
+                     long long lease_ms)
+{
+    jw_open(w, key, '[');
+    for (size_t i = 0; i < n; i++) {
+        jw_open(w, NULL, '{');
+        jw_str(w, "id", ps[i].id);
+        jw_int(w, "last_seen_ms_ago", ps[i].seen_ago_ms);
+        jw_bool(w, "alive", ps[i].seen_ago_ms <= lease_ms);
+        if (producers) {
+            jw_str(w, "task", ps[i].extra);
+        } else {
+            if (ps[i].extra)
+                jw_value(w, "rank", ps[i].extra);
+            else
+                jw_str(w, "rank", NULL);
+            jw_int(w, "pending", ps[i].pending);
+        }
+        jw_hash(w, "stats", ps[i].stats);
+        jw_close(w, '}');
+    }
+    jw_close(w, ']');
+}
+
+static void jw_job(jw *w, const qinfo *in)
+{
+    const redisReply *j = in->job;
+    if (!j->elements) {
+        jw_str(w, "job", NULL);
+        return;
+    }
+    const char *seed = hget(j, "seed");
+    jw_open(w, "job", '{');
+    jw_str(w, "state", hget(j, "state"));
+    jw_int(w, "epochs", in->epochs);
+    jw_int(w, "epoch_open", hnum(j, "epoch_open"));
+    jw_int(w, "batch_size", hnum(j, "batch_size"));
+    if (seed && *seed)
+        jw_value(w, "shuffle_seed", seed);
+    else
+        jw_str(w, "shuffle_seed", NULL);
+    jw_int(w, "max_attempts", hnum(j, "max_attempts"));
+    jw_int(w, "shards", hnum(j, "ntasks"));
+    jw_open(w, "tasks", '{');
+    jw_int(w, "total", hnum(j, "ntasks") * in->epochs);
+    jw_int(w, "waiting", in->waiting);
+    jw_int(w, "claimed", in->claimed);
+    jw_int(w, "done", in->done);
+    jw_int(w, "failed", (long long)in->failed->elements);
+    jw_close(w, '}');
+    jw_open(w, "failed", '[');
+    for (size_t i = 0; i < in->failed->elements; i++) {
+        const char *t = in->failed->element[i]->str;
+        jw_open(w, NULL, '{');
+        jw_str(w, "task", t);
+        jw_int(w, "attempts", hnum(in->tattempts, t));
+        jw_str(w, "error", hget(in->terr, t));
+        jw_close(w, '}');
+    }
+    jw_close(w, ']');
+    jw_open(w, "per_epoch", '[');
+    for (long long e = 0; e < in->epochs; e++) {
+        const epoch_info *x = &in->ep[e];
+        jw_open(w, NULL, '{');
+        jw_int(w, "epoch", e);
+        jw_int(w, "ready", x->ready);
+        jw_int(w, "pushed", x->pushed);
+        jw_int(w, "acked", x->acked);
+        jw_int(w, "dropped", x->dropped);
+        jw_int(w, "padded", x->padded);
+        jw_int(w, "tasks_finished", x->finished);
+        jw_int(w, "failed_tasks", x->failed_tasks);
+        jw_bool(w, "end_posted", x->ended);
+        jw_close(w, '}');
+    }
+    jw_close(w, ']');
+    jw_close(w, '}');
+}
+
+static void print_json(const qinfo *in, int job_only)
+{
+    jw w = {0};
+    jw_open(&w, NULL, '{');
+    jw_str(&w, "queue", in->q);
+    if (!job_only) {
+        jw_hash(&w, "meta", in->meta);
+        jw_int(&w, "batches", in->held);
+        jw_int(&w, "bytes", in->bytes);
+        jw_int(&w, "ready", in->ready);
+        jw_int(&w, "pending", in->pending);
+        jw_int(&w, "dead_letters", in->dead);
+        jw_hash(&w, "stats", in->stats);
+    }
+    jw_job(&w, in);
+    jw_peers(&w, "producers", in->prod, in->nprod, 1, in->lease_ms);
+    if (!job_only)
+        jw_peers(&w, "consumers", in->cons, in->ncons, 0, in->lease_ms);
+    jw_close(&w, '}');
+    putchar('\n');
+}
+
+static int cmd_info(sluicei_conn *c, const char *q, int json, int job_only)
+{
+    qinfo in;
+    int rc = qinfo_read(c, q, &in);
+    if (rc == 0) {
+        if (json)
+            print_json(&in, job_only);
+        else if (job_only)
+            print_job(&in);
+        else
+            print_info(&in);
+    }
+    qinfo_free(&in);
+    return rc;
+}
+
+/* ---- dead letters, reaping ------------------------------------------------ */
+
+/* "2024-05-01T12:00:00.123Z" for a time in ms since the Unix epoch. */
+static void iso_time(long long ms, char *out, size_t n)
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms < 0 || !gmtime_r(&s, &tm)) {
+        snprintf(out, n, "?");
+        return;
+    }
+    size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + k, n - k, ".%03lldZ", ms % 1000);
+}
+
+static int cmd_dead(sluicei_conn *c, const char *q, const char *action)
+{
+    char k_dead[SLUICE_MAX_KEY], k_info[SLUICE_MAX_KEY], k_meta[SLUICE_MAX_KEY];
+    sluicei_key(k_dead, q, "dead");
+    sluicei_key(k_info, q, "deadinfo");
+    sluicei_key(k_meta, q, "meta");
+    if (count_cmd(c, "EXISTS", k_meta, NULL) == 0) {
+        fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create %s)\n",
+                q, q);
+        return EXIT_RUNTIME;
+    }
+    const char *lr[4] = {"LRANGE", k_dead, "0", "-1"};
+    redisReply *ids = must(c, 4, lr);
+    if (!ids)
+        return EXIT_RUNTIME;
+    for (size_t i = 0; i < ids->elements; i++) {
+        const char *hg[3] = {"HGET", k_info, ids->element[i]->str};
+        redisReply *r = must(c, 3, hg);
+        if (!r) {
+            freeReplyObject(ids);
+            return EXIT_RUNTIME;
+        }
+        /* deadinfo: "size now_ms reason" */
+        long long size = 0, ms = -1;
+        int off = 0;
+        const char *reason = "";
+        if (r->type == REDIS_REPLY_STRING && sscanf(r->str, "%lld %lld %n", &size, &ms, &off) == 2)
+            reason = r->str + off;
+        char when[40];
+        iso_time(ms, when, sizeof when);
+        printf("%s  %lld bytes  %s  %s\n", ids->element[i]->str, size, when, reason);
+        freeReplyObject(r);
+    }
+    printf("%zu dead letter%s\n", ids->elements, ids->elements == 1 ? "" : "s");
+    freeReplyObject(ids);
+    if (!action)
+        return 0;
+    redisReply *r;
+    if (run_script(c, SLUICEI_SCRIPT_DEADADMIN, q, 1, &action, &r))
+        return EXIT_RUNTIME;
+    printf("%s %lld dead letter%s\n", strcmp(action, "requeue") == 0 ? "requeued" : "purged",
+           r->integer, r->integer == 1 ? "" : "s");
+    freeReplyObject(r);
+    return 0;
+}
+
+static int cmd_reap(sluicei_conn *c, const char *q)
+{
+    char now[24];
+    snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000u);
+    const char *argv[1] = {now};
+    redisReply *r;
+    if (run_script(c, SLUICEI_SCRIPT_REAP, q, 1, argv, &r))
+        return EXIT_RUNTIME;
+    long long b = r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? num_of(r->element[0]) : 0;
+    long long t = r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? num_of(r->element[1]) : 0;
+    freeReplyObject(r);
+    printf("handed back %lld batch%s of consumers whose lease expired; returned %lld task%s "
+           "of producers whose lease expired\n",
+           b, b == 1 ? "" : "es", t, t == 1 ? "" : "s");
+    return 0;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+#define COMMANDS "create, delete, info, jobs, submit, dead, reap, script"
 
 int main(int argc, char **argv)
 {
@@ -320,7 +1213,7 @@ int main(int argc, char **argv)
         }
     }
     if (optind >= argc)
-        return usage_error("%s", "no command given (create, delete, info, script)");
+        return usage_error("%s", "no command given (" COMMANDS ")");
     const char *cmd = argv[optind++];
 
     if (strcmp(cmd, "script") == 0) {
@@ -333,27 +1226,64 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    int known = !strcmp(cmd, "create") || !strcmp(cmd, "delete") || !strcmp(cmd, "info");
-    if (!known)
-        return usage_error("unknown command '%s' (create, delete, info, script)", cmd);
+    static const char *const known[] = {"create", "delete", "info", "jobs",
+                                        "submit", "dead",   "reap"};
+    size_t ki = 0;
+    while (ki < sizeof known / sizeof known[0] && strcmp(cmd, known[ki]) != 0)
+        ki++;
+    if (ki == sizeof known / sizeof known[0])
+        return usage_error("unknown command '%s' (" COMMANDS ")", cmd);
     if (optind >= argc)
         return usage_error("%s: which queue?", cmd);
     const char *q = argv[optind++];
-    char err[512];
+    char err[1024];
     if (sluicei_queue_name_check(q, err, sizeof err) != SLUICE_OK)
         return usage_error("%s", err);
+
+    /* Every flag is checked before anything connects. */
     create_opts co;
+    submit_opts so;
+    int json = 0;
+    const char *dead_action = NULL;
     if (strcmp(cmd, "create") == 0) {
         if (parse_create(argc - optind, argv + optind, &co))
             return EXIT_USAGE;
-    } else if (optind < argc) {
-        return usage_error("unexpected argument '%s'", argv[optind]);
+    } else if (strcmp(cmd, "submit") == 0) {
+        if (parse_submit(argc - optind, argv + optind, &so))
+            return EXIT_USAGE;
+    } else {
+        for (; optind < argc; optind++) {
+            const char *a = argv[optind];
+            int info_like = !strcmp(cmd, "info") || !strcmp(cmd, "jobs");
+            if (info_like && strcmp(a, "--json") == 0) {
+                json = 1;
+            } else if (!strcmp(cmd, "dead") && (!strcmp(a, "--requeue") || !strcmp(a, "--purge"))) {
+                if (dead_action)
+                    return usage_error("%s", "dead: --requeue and --purge exclude each other");
+                dead_action = a + 2;
+            } else {
+                return usage_error("unexpected argument '%s'", a);
+            }
+        }
+    }
+
+    /* A manifest is read (and checked) before connecting: a bad line costs
+     * no round trip and leaves nothing behind. */
+    sluicei_shard *shards = NULL;
+    size_t nshards = 0;
+    if (strcmp(cmd, "submit") == 0) {
+        sluice_err e = sluicei_manifest_parse(so.manifest, &shards, &nshards, err, sizeof err);
+        if (e != SLUICE_OK) {
+            fprintf(stderr, "sluice-ctl: %s\n", err);
+            return EXIT_RUNTIME;
+        }
     }
 
     sluicei_conn *c = NULL;
     sluice_err e = sluicei_conn_open(&c, url, 0, 0, err, sizeof err);
     if (e != SLUICE_OK) {
         fprintf(stderr, "sluice-ctl: %s\n", err);
+        sluicei_shards_free(shards, nshards);
         return e == SLUICE_ERR_INVALID ? EXIT_USAGE : EXIT_RUNTIME;
     }
     int rc;
@@ -361,8 +1291,15 @@ int main(int argc, char **argv)
         rc = cmd_create(c, q, &co);
     else if (strcmp(cmd, "delete") == 0)
         rc = cmd_delete(c, q);
+    else if (strcmp(cmd, "submit") == 0)
+        rc = cmd_submit(c, q, &so, shards, nshards);
+    else if (strcmp(cmd, "dead") == 0)
+        rc = cmd_dead(c, q, dead_action);
+    else if (strcmp(cmd, "reap") == 0)
+        rc = cmd_reap(c, q);
     else
-        rc = cmd_info(c, q);
+        rc = cmd_info(c, q, json, strcmp(cmd, "jobs") == 0);
     sluicei_conn_close(c);
+    sluicei_shards_free(shards, nshards);
     return rc;
 }

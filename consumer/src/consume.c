@@ -30,10 +30,13 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: " PROG " --queue Q [--redis URL] [--count N] [--timeout-ms T]\n"
-        "                      [--summary] [--prefetch K] [--quiet]\n"
+        "                      [--summary [--epochs]] [--print-ids] [--prefetch K]\n"
+        "                      [--rank R --world N] [--at-most-once]\n"
+        "                      [--max-batch-bytes B] [--consumer-id ID] [--quiet]\n"
         "\n"
         "Takes batches from the sluice queue Q, prints them and acknowledges each\n"
-        "one after printing it.\n"
+        "one after printing it. When the queue runs a job, the batches come epoch\n"
+        "by epoch; the run ends (exit 0) when the job is finished.\n"
         "\n"
         "  --redis URL       redis://[user[:pass]@]host[:port][/db] or unix:///path[?db=N]\n"
         "                    (default: $SLUICE_REDIS_URL, else " DEFAULT_URL ";\n"
@@ -41,8 +44,9 @@ static void usage(FILE *f)
         "  --queue Q         the queue to read (created with sluice-ctl create Q)\n"
         "  --count N         stop after N batches\n"
         "  --timeout-ms T    stop, successfully, when no batch arrives within T ms\n"
-        "                    (the normal way to drain a queue)\n"
-        "                    Without --count or --timeout-ms: run until SIGINT/SIGTERM.\n"
+        "                    (the normal way to drain a queue without a job)\n"
+        "                    Without --count or --timeout-ms: run until the job is\n"
+        "                    finished, or until SIGINT/SIGTERM.\n"
         "  --summary         instead of a line per batch, print one line at the end:\n"
         "                      records=R batches=B bytes=N checksum=<16 hex>\n"
         "                    bytes is the sum of the record lengths; checksum is the\n"
@@ -51,24 +55,40 @@ static void usage(FILE *f)
         "                    producers'. For a tensor batch each tensor's data buffer\n"
         "                    counts as one record for bytes and checksum, and records\n"
         "                    counts the rows (leading dimension).\n"
-        "  --prefetch K      batches fetched per round trip and held ahead (default 4)\n"
+        "  --epochs          with --summary, also one line at the end of each epoch:\n"
+        "                      epoch=E records=R batches=B bytes=N checksum=X padding=P\n"
+        "  --print-ids       one line per batch: id <epoch>:<task>:<seq> deliveries=<d>\n"
+        "                    padding=<0|1> (instead of the batch line; with --summary too),\n"
+        "                    written line by line\n"
+        "  --prefetch K      batches fetched ahead in the background (default 4)\n"
+        "  --rank R --world N  read a coordinated queue as rank R of N\n"
+        "  --at-most-once    acknowledge each batch as it is fetched: faster, but the\n"
+        "                    batches a killed consumer holds are lost\n"
+        "  --max-batch-bytes B  frames larger than B bytes go to the dead letters\n"
+        "                    (default 64 MiB)\n"
+        "  --consumer-id ID  register under this id (default: a random one); a\n"
+        "                    restarted consumer with the same id takes over what the\n"
+        "                    old one held\n"
         "  --quiet           no closing statistics line on stderr\n"
         "  --help            this text\n"
         "\n"
         "Output (without --summary), one line per batch on stdout:\n"
         "  batch <epoch>:<task>:<seq> records=<n> bytes=<frame bytes> deliveries=<d>\n"
-        "At the end, unless --quiet, on stderr:\n"
+        "and, in a job, 'eof epoch=<e>' at the end of each epoch and 'finished' at\n"
+        "the end of the job. At the end, unless --quiet, on stderr:\n"
         "  consumed B batches, R records, X MB in T s (Y MB/s), waited Z s\n"
         "where MB counts frame bytes (10^6 bytes) and waited is the time spent\n"
-        "waiting for batches. Invalid frames are skipped, counted and reported on\n"
-        "stderr.\n"
+        "waiting for batches. Invalid frames go to the dead-letter list; each one\n"
+        "is reported on stderr.\n"
         "\n"
         "Examples:\n"
         "  " PROG " --queue train --count 10\n"
         "  " PROG " --redis redis://10.0.0.5:6379/1 --queue train --timeout-ms 2000 --summary\n"
+        "  " PROG " --queue train --rank 0 --world 4 --summary --epochs\n"
         "\n"
-        "Exit status: 0 success (also when --timeout-ms ends the run or a signal\n"
-        "stops it), 1 runtime error (Redis unreachable, no such queue...), 2 bad usage.\n");
+        "Exit status: 0 success (the job finished, --count reached, --timeout-ms\n"
+        "ended the run or a signal stopped it), 1 runtime error (Redis unreachable,\n"
+        "no such queue...), 2 bad usage.\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg)
@@ -99,13 +119,15 @@ static double now_s(void)
 }
 
 struct totals {
-    uint64_t records, payload, checksum;
+    uint64_t records, payload, checksum, batches, padding;
 };
 
 /* Adds one batch's records (or tensors) to the summary. */
 static void account(struct totals *t, const sluice_batch *b)
 {
     size_t nt = sluice_batch_num_tensors(b);
+    t->batches++;
+    t->padding += sluice_batch_is_padding(b) != 0;
     t->records += sluice_batch_num_records(b);
     if (nt > 0) {
         for (size_t i = 0; i < nt; i++) {
@@ -122,12 +144,22 @@ static void account(struct totals *t, const sluice_batch *b)
     }
 }
 
+static void print_totals(const char *prefix, const struct totals *t, int with_padding)
+{
+    printf("%srecords=%" PRIu64 " batches=%" PRIu64 " bytes=%" PRIu64 " checksum=%016" PRIx64,
+           prefix, t->records, t->batches, t->payload, t->checksum);
+    if (with_padding)
+        printf(" padding=%" PRIu64, t->padding);
+    printf("\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *url = getenv("SLUICE_REDIS_URL");
-    const char *queue = NULL;
-    long long count = -1, timeout_ms = -1, prefetch = 0;
-    int summary = 0, quiet = 0;
+    const char *queue = NULL, *consumer_id = NULL;
+    long long count = -1, timeout_ms = -1, prefetch = 0, rank = -1, world = -1;
+    long long max_batch_bytes = 0;
+    int summary = 0, quiet = 0, epochs = 0, print_ids = 0, at_most_once = 0;
 
     if (!url || !*url)
         url = DEFAULT_URL;
@@ -145,7 +177,9 @@ int main(int argc, char **argv)
         }
         int takes_value = !strcmp(a, "--redis") || !strcmp(a, "--queue") ||
                           !strcmp(a, "--count") || !strcmp(a, "--timeout-ms") ||
-                          !strcmp(a, "--prefetch");
+                          !strcmp(a, "--prefetch") || !strcmp(a, "--rank") ||
+                          !strcmp(a, "--world") || !strcmp(a, "--max-batch-bytes") ||
+                          !strcmp(a, "--consumer-id");
         if (takes_value && !val) {
             if (i + 1 >= argc)
                 return bad_usage("%s needs a value", a);
@@ -160,6 +194,8 @@ int main(int argc, char **argv)
             url = val;
         } else if (!strcmp(a, "--queue")) {
             queue = val;
+        } else if (!strcmp(a, "--consumer-id")) {
+            consumer_id = val;
         } else if (!strcmp(a, "--count")) {
             if (parse_long(val, 1, INT64_MAX, &count))
                 return bad_usage("--count: '%s' is not a positive integer", val);
@@ -169,8 +205,23 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--prefetch")) {
             if (parse_long(val, 1, 1024, &prefetch))
                 return bad_usage("--prefetch: '%s' is not an integer from 1 to 1024", val);
+        } else if (!strcmp(a, "--rank")) {
+            if (parse_long(val, 0, 999999, &rank))
+                return bad_usage("--rank: '%s' is not an integer from 0 to 999999", val);
+        } else if (!strcmp(a, "--world")) {
+            if (parse_long(val, 1, 1000000, &world))
+                return bad_usage("--world: '%s' is not an integer from 1 to 1000000", val);
+        } else if (!strcmp(a, "--max-batch-bytes")) {
+            if (parse_long(val, 1, INT64_MAX, &max_batch_bytes))
+                return bad_usage("--max-batch-bytes: '%s' is not a positive integer", val);
         } else if (!strcmp(a, "--summary")) {
             summary = 1;
+        } else if (!strcmp(a, "--epochs")) {
+            epochs = 1;
+        } else if (!strcmp(a, "--print-ids")) {
+            print_ids = 1;
+        } else if (!strcmp(a, "--at-most-once")) {
+            at_most_once = 1;
         } else if (!strcmp(a, "--quiet")) {
             quiet = 1;
         } else {
@@ -179,6 +230,10 @@ int main(int argc, char **argv)
     }
     if (!queue)
         return bad_usage("%s", "--queue is required");
+    if ((rank >= 0) != (world >= 0))
+        return bad_usage("%s", "--rank and --world go together");
+    if (world >= 0 && rank >= world)
+        return bad_usage("%s", "--rank must be below --world");
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -188,11 +243,23 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    /* A closed stdout (| head) or a socket Redis reset must give an error,
-     * not kill the process before it hands its batches back. */
+    /* A closed stdout (| head) must give an error, not kill the process
+     * before it hands its batches back. */
     signal(SIGPIPE, SIG_IGN);
+    /* --print-ids is for watching a run as it happens (tests read it live). */
+    if (print_ids)
+        setvbuf(stdout, NULL, _IOLBF, 0);
 
-    sluice_consumer_opts o = {.redis_url = url, .queue = queue, .prefetch = (int)prefetch};
+    sluice_consumer_opts o = {
+        .redis_url = url,
+        .queue = queue,
+        .prefetch = (int)prefetch,
+        .max_batch_bytes = (size_t)max_batch_bytes,
+        .consumer_id = consumer_id,
+        .world = world > 0 ? (int)world : 0,
+        .rank = rank > 0 ? (int)rank : 0,
+        .ack_mode = at_most_once ? SLUICE_ACK_NONE : SLUICE_ACK_EXPLICIT,
+    };
     sluice_consumer *c;
     char err[512];
     double t0 = now_s();
@@ -203,10 +270,11 @@ int main(int argc, char **argv)
         return e == SLUICE_ERR_INVALID ? 2 : 1;
     }
 
-    struct totals tot = {0, 0, 0};
-    uint64_t batches = 0, invalid_seen = 0;
+    struct totals tot = {0, 0, 0, 0, 0}, ep_tot = {0, 0, 0, 0, 0};
+    uint64_t invalid_seen = 0, ended_seen = 0;
     int status = 0;
-    while (!stop_requested && (count < 0 || (long long)batches < count)) {
+    while (!stop_requested && (count < 0 || (long long)tot.batches < count)) {
+        uint32_t epoch = sluice_consumer_epoch(c);
         /* Waits in slices so that a signal is noticed within a second; with
          * --timeout-ms the slices add up to T since the last batch. */
         double wait_start = now_s();
@@ -232,10 +300,12 @@ int main(int argc, char **argv)
         if (skipped) {
             uint64_t k = st.invalid - invalid_seen;
             if (k == 1)
-                fprintf(stderr, PROG ": skipped an invalid batch: %s\n", sluice_consumer_errstr(c));
-            else
-                fprintf(stderr, PROG ": skipped %" PRIu64 " invalid batches (the last: %s)\n", k,
+                fprintf(stderr, PROG ": an invalid batch went to the dead letters: %s\n",
                         sluice_consumer_errstr(c));
+            else
+                fprintf(stderr,
+                        PROG ": %" PRIu64 " invalid batches went to the dead letters (the last: %s)\n",
+                        k, sluice_consumer_errstr(c));
             invalid_seen = st.invalid;
         }
         if (e == SLUICE_ERR_TIMEOUT && !stop_requested && !skipped &&
@@ -249,21 +319,46 @@ int main(int argc, char **argv)
         }
         if (e == SLUICE_ERR_TIMEOUT)
             break;   /* a signal, or no batch within --timeout-ms: the normal end */
+        if (e == SLUICE_EOF) {
+            int finished = sluice_consumer_finished(c);
+            /* A consumer opened after the job ended sees no epoch end. */
+            if (st.epochs_ended > ended_seen) {
+                ended_seen = st.epochs_ended;
+                if (summary && epochs) {
+                    char prefix[32];
+                    snprintf(prefix, sizeof prefix, "epoch=%" PRIu32 " ", epoch);
+                    print_totals(prefix, &ep_tot, 1);
+                } else if (!summary) {
+                    printf("eof epoch=%" PRIu32 "\n", epoch);
+                }
+                memset(&ep_tot, 0, sizeof ep_tot);
+            }
+            if (finished && !summary)
+                printf("finished\n");
+            /* Promptly: tests time the end of an epoch from this line. */
+            fflush(stdout);
+            if (finished)
+                break;
+            continue;
+        }
         if (e != SLUICE_OK) {
             const char *detail = sluice_consumer_errstr(c);
             fprintf(stderr, PROG ": %s%s%s\n", sluice_strerror(e), *detail ? ": " : "", detail);
             status = 1;
             break;
         }
-        batches++;
         account(&tot, b);
-        if (!summary) {
-            sluice_batch_id id = sluice_batch_get_id(b);
+        account(&ep_tot, b);
+        sluice_batch_id id = sluice_batch_get_id(b);
+        if (print_ids)
+            printf("id %" PRIu32 ":%" PRIu64 ":%" PRIu32 " deliveries=%" PRIu32 " padding=%d\n",
+                   id.epoch, id.task, id.seq, sluice_batch_deliveries(b),
+                   sluice_batch_is_padding(b));
+        else if (!summary)
             printf("batch %" PRIu32 ":%" PRIu64 ":%" PRIu32 " records=%zu bytes=%zu deliveries=%" PRIu32
                    "\n",
                    id.epoch, id.task, id.seq, sluice_batch_num_records(b),
                    sluice_batch_frame_bytes(b), sluice_batch_deliveries(b));
-        }
         sluice_batch_release(b);
         if (ferror(stdout)) {
             fprintf(stderr, PROG ": writing to stdout: %s\n", strerror(errno));
@@ -276,8 +371,7 @@ int main(int argc, char **argv)
     sluice_consumer_stats_get(c, &st);
     sluice_consumer_close(c);
     if (summary)
-        printf("records=%" PRIu64 " batches=%" PRIu64 " bytes=%" PRIu64 " checksum=%016" PRIx64 "\n",
-               tot.records, batches, tot.payload, tot.checksum);
+        print_totals("", &tot, 0);
     if (status == 0 && fflush(stdout) != 0) {
         fprintf(stderr, PROG ": writing to stdout: %s\n", strerror(errno));
         status = 1;
@@ -288,8 +382,13 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "consumed %" PRIu64 " batches, %" PRIu64 " records, %.1f MB in %.2f s (%.1f MB/s), "
                 "waited %.2f s\n",
-                batches, tot.records, mb, secs, secs > 0 ? mb / secs : 0.0,
+                tot.batches, tot.records, mb, secs, secs > 0 ? mb / secs : 0.0,
                 (double)st.blocked_us / 1e6);
+        if (st.redelivered || st.duplicates || st.invalid || st.padding || st.reconnects)
+            fprintf(stderr,
+                    "  redelivered %" PRIu64 ", duplicates dropped %" PRIu64 ", invalid %" PRIu64
+                    ", padding %" PRIu64 ", reconnects %" PRIu64 "\n",
+                    st.redelivered, st.duplicates, st.invalid, st.padding, st.reconnects);
     }
     return status;
 }

@@ -1,93 +1,227 @@
-/* The consumer library: takes batches of a queue into this consumer's
- * pending list, hands them to the caller, acknowledges them on release and
- * gives back what it still holds at close. The key schema and the scripts
- * are in common/src/proto.c (docs/PROTOCOL.md).
+/* The consumer library (consumer.h): a background thread per consumer runs
+ * its own libevent loop with two hiredis async connections to Redis and
+ * keeps up to `prefetch` decoded batches ready; the caller's thread only
+ * moves pointers in and out of a mutex-protected FIFO.
+ *
+ * Threads. The API thread (next, release, stats...) never touches a hiredis
+ * context or the event base; it wakes the loop through an eventfd (an ack
+ * to send, room in the FIFO, an epoch to start, close). The loop thread
+ * hands batches, end-of-epoch marks and errors back under the mutex and
+ * signals a condition variable.
+ *
+ * Two connections, so that a blocking read never delays an ack:
+ *   data  take, BLMOVE, claim, HGET, dead, requeue: one operation at a time,
+ *         pipelined within it (take, then the HGETs of what it moved).
+ *   ctl   acks, heartbeats (beat), reaping (reap), CLIENT UNBLOCK at close.
+ * Both are set up together (AUTH, SELECT, SCRIPT LOAD) and dropped
+ * together: a failure of either ends the "session", and the next one
+ * starts after an exponential backoff with jitter.
  *
  * Where a batch is, from the consumer's point of view:
  *   ready (Redis) -> pending:<cid> (Redis) and then, locally, one of
  *     fifo     decoded, not yet returned by next()       (at most prefetch)
  *     out      returned by next(), not yet released
- *     acks     released, acknowledgement not yet confirmed by Redis
+ *     acks     released; the loop has not picked the ack up yet
+ *     unconf   ack sent (or to be sent), not yet confirmed by Redis
  *     recover  in pending:<cid> but in none of the above: the reply that
  *              moved it there was lost with the connection; fetched next.
- * A connection loss never loses a batch: whatever a lost reply moved is
- * still in pending:<cid>, and resync() finds it by elimination. */
+ * A lost connection never loses a batch: whatever a lost reply moved is
+ * still in pending:<cid>, and the LRANGE at the start of every session
+ * finds it by elimination. Acks are idempotent, so unconfirmed ones are
+ * simply sent again.
+ *
+ * Epochs: the loop takes from ready:<e>[:<rank>] until the take script (or
+ * BLMOVE) shows the marker eof:<e>; it then stops fetching, reads the job's
+ * number of epochs, and publishes "at marker". next() returns SLUICE_EOF
+ * once the batches before the marker are gone and tells the loop to start
+ * e+1, so no batch of e+1 is ever fetched before the EOF of e. */
 #include <sluice/consumer.h>
 
 #include "conn.h"
 #include "proto.h"
 #include "wire.h"
 
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+
+#include <event2/event.h>
+
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PREFETCH_DEFAULT 4
 #define PREFETCH_MAX 1024
 #define MAX_CONSUMER_ID 64
-/* Longest single BLMOVE: between two, the take script refreshes the
- * consumer's last-seen time, and a dead connection shows within a slice. */
-#define BLOCK_SLICE_MS 1000
-#define BLOCK_MIN_MS 10
-/* The socket timeout must outlast the blocking read, or hiredis treats the
- * server's silence as a dead connection. */
-#define SOCKET_SLACK_MS 5000
+/* Room for a batch id, ":pad<k>" and the NUL; longer ids in a queue are
+ * not sluice's and go to the dead letters as they are. */
+#define RID_MAX 72
+/* Server-side timeout of one BLMOVE ("1" second). */
+#define BLOCK_MS 1000
+#define BLOCK_ARG "1"
+/* hiredis async has no command timeouts: a connection whose oldest
+ * outstanding command got no reply for this long (plus BLOCK_MS for a
+ * BLMOVE) is taken for dead, dropped and reconnected. */
+#define REPLY_SLACK_MS 5000
+/* Period of the housekeeping timer (watchdog, heartbeat, reaping). */
+#define TICK_MS 100
 /* Poll period of the take script while Redis refuses BLMOVE (OOM). */
 #define OOM_POLL_MS 20
-/* How long close() tries to regain a lost connection to hand batches back. */
-#define CLOSE_RECONNECT_MS 1000
+/* Backoff between sessions: 50 ms doubling up to 2 s, +-25% jitter. */
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 2000
+/* How long close() tries to send its acks and hand batches back. */
+#define CLOSE_TIMEOUT_MS 3000
+/* Ids remembered per generation of the duplicate filter; two generations
+ * are kept, so memory stays bounded on a queue without epochs. */
+#define DUP_GEN_MAX 65536
+#define LEASE_DEFAULT_MS 10000
+/* Released batches whose acks wait for a busy loop before it is woken. */
+#define ACK_WAKE_MAX 64
 
-typedef struct idbuf {
-    char s[SLUICE_MAX_BATCH_ID];
-} idbuf;
+enum { CONN_DATA = 0, CONN_CTL = 1 };
+enum { ST_DOWN = 0, ST_CONNECTING, ST_READY };
+enum { OP_NONE = 0, OP_TAKE, OP_BLMOVE, OP_RECOVER, OP_RESYNC };
 
-struct sluice_consumer {
-    sluicei_conn *conn;
-    char queue[SLUICE_MAX_QUEUE_NAME + 1];
-    char id[MAX_CONSUMER_ID + 1];
-    char k_meta[SLUICE_MAX_KEY], k_ready[SLUICE_MAX_KEY], k_pending[SLUICE_MAX_KEY];
-    char k_data[SLUICE_MAX_KEY], k_dlv[SLUICE_MAX_KEY], k_bytes[SLUICE_MAX_KEY];
-    size_t max_batch_bytes;
-    int prefetch;
-    int reconnect_timeout_ms;   /* 0: forever */
-    int lost;                   /* the connection must be regained first */
-    int64_t lost_at_ms;         /* start of the current reconnect window, 0: none */
-
-    sluice_batch **fifo;        /* ring of prefetch slots */
-    int fifo_head, fifo_len;
-
-    sluice_batch **out;         /* held by the caller */
-    size_t nout, out_cap;
-
-    /* ack_cap >= nacks + nout at all times, so release() never allocates. */
-    sluice_batch_id *acks;
-    size_t nacks, ack_cap;
-
-    idbuf *recover;
-    size_t nrecover, recover_cap;
-
-    /* Scratch for one round, prefetch slots each (allocated once). */
-    redisReply **replies;       /* HGET replies */
-    const char **r_ids;         /* ids, pointing into a reply or r_held */
-    size_t *r_lens;
-    long long *r_dlv;           /* delivery counts */
-    idbuf *r_held;              /* copies of recovered ids */
-    sluice_consumer_stats st;
-    char errstr[512];
+/* What a reply answers. */
+enum req_kind {
+    R_SETUP,      /* AUTH, SELECT, SCRIPT LOAD */
+    R_CLIENT_ID,  /* CLIENT ID of the data connection */
+    R_TAKE,
+    R_BLMOVE,
+    R_CLAIM,
+    R_FRAME,      /* HGET data id */
+    R_JOB,        /* HMGET job epochs epoch_open, after a marker */
+    R_RESYNC,     /* LRANGE pending */
+    R_ACK,        /* a released batch */
+    R_ACK_QUIET,  /* at-most-once acks and duplicates: nobody waits for them */
+    R_DEAD,
+    R_REQUEUE,
+    R_BEAT,
+    R_REAP,
+    R_UNBLOCK,
 };
 
-/* ---- small helpers ---------------------------------------------------- */
+typedef struct slot {
+    sluice_batch *b;
+    char rid[RID_MAX];   /* the id in Redis (with ":pad<k>" for padding) */
+} slot;
 
-static void set_err(sluice_consumer *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->errstr, sizeof c->errstr, fmt, ap);
-    va_end(ap);
-}
+typedef struct idbuf {
+    char s[RID_MAX];
+} idbuf;
+
+/* An id fetched by the current data operation. */
+typedef struct item {
+    char rid[RID_MAX];
+    long long dlv;
+} item;
+
+/* Open-addressing set of 64-bit id hashes (0 marks a free slot). */
+typedef struct idset {
+    uint64_t *v;
+    size_t cap, n;
+} idset;
+
+typedef struct req {
+    struct sluice_consumer *c;
+    uint64_t gen;      /* session it belongs to; stale replies are ignored */
+    int kind, conn;
+    int in_op;         /* part of the current data operation */
+    int item;          /* R_CLAIM, R_FRAME: index into c->items; -1: none */
+    char id[RID_MAX];  /* R_ACK: the id; R_SETUP: the step's name */
+} req;
+
+struct sluice_consumer {
+    /* ---- fixed at open ---- */
+    char queue[SLUICE_MAX_QUEUE_NAME + 1];
+    char id[MAX_CONSUMER_ID + 1];
+    char k_meta[SLUICE_MAX_KEY], k_pending[SLUICE_MAX_KEY], k_data[SLUICE_MAX_KEY];
+    char k_job[SLUICE_MAX_KEY];
+    char rank_s[16];           /* "" for a free consumer */
+    int world, rank;
+    sluice_ack_mode ack_mode;
+    int prefetch;
+    size_t max_batch_bytes;
+    int connect_timeout_ms, reconnect_timeout_ms;
+    int64_t lease_ms;
+    sluicei_url url;
+    char addr[256];            /* printable address, for messages */
+    char sha[SLUICEI_SCRIPT_COUNT][41];
+
+    /* ---- shared between the threads: under mu ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    slot *fifo;                /* ring of prefetch slots */
+    int fifo_head, fifo_len;
+    slot *out;                 /* held by the caller (explicit acks only) */
+    size_t nout, out_cap;
+    idbuf *acks;               /* ack_cap >= nacks + nout: release() never allocates */
+    size_t nacks, ack_cap;
+    uint32_t epoch;            /* the epoch next() delivers */
+    int at_marker, marker_last;
+    int advance_req, finished, closing;
+    int want_room, wake_pending;
+    int parked;                /* the loop only works when woken (see pump()) */
+    int low_water;             /* fifo_len at which a waiting loop is woken */
+    sluice_err fatal;
+    char fatal_msg[512];
+    char note[512];            /* the last frame sent to the dead letters */
+    uint64_t note_seq;
+    int64_t down_since_ms;     /* 0 while a session is up */
+    char down_why[512];
+    sluice_consumer_stats st;
+
+    /* ---- API thread only ---- */
+    char errstr[512];
+    uint64_t note_seen;
+    int thread_started;
+    pthread_t thread;
+
+    /* ---- loop thread only (after open) ---- */
+    struct event_base *base;
+    struct event *wake_ev, *tick_ev, *retry_ev, *oom_ev;
+    int wake_fd;
+    redisAsyncContext *ac[2];
+    uint64_t gen;
+    int state, ever_ready;
+    int64_t conn_started_ms;
+    int setup_left;
+    long long data_client_id;
+    int pend[2];               /* commands without a reply, per connection */
+    int64_t prog_ms[2];        /* last reply (or first send after idle) */
+    int blocking;              /* a BLMOVE is outstanding */
+    int op, op_left;
+    item *items;               /* prefetch entries */
+    uint32_t loop_epoch;
+    int stopped_at_marker, marker_published;
+    int list_empty, oom_wait, need_resync;
+    idbuf *unconf;
+    size_t nunconf, unconf_cap;
+    idbuf *recover;
+    size_t nrecover, recover_cap;
+    idset dups[2];
+    int dups_cur;
+    unsigned attempt;
+    uint64_t rng;
+    int64_t next_beat_ms, next_reap_ms;
+    int beat_inflight, reap_inflight;
+    int unblock_sent, requeue_sent;
+    int64_t close_deadline_ms; /* set once the loop saw close(): it is closing */
+};
+
+static void pump(sluice_consumer *c);
+static void session_start(sluice_consumer *c);
+
+/* ---- small helpers ---------------------------------------------------- */
 
 static uint64_t mono_us(void)
 {
@@ -96,72 +230,20 @@ static uint64_t mono_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static void sleep_ms(int64_t ms)
+static int64_t wall_ms(void)
 {
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    return (int64_t)(sluicei_wall_us() / 1000);
 }
 
-static int is_error(const redisReply *r, const char *prefix)
+static int starts_with(const char *s, size_t len, const char *prefix)
 {
-    return r && r->type == REDIS_REPLY_ERROR && r->str &&
-           strncmp(r->str, prefix, strlen(prefix)) == 0;
+    size_t n = strlen(prefix);
+    return len >= n && memcmp(s, prefix, n) == 0;
 }
 
-/* Reads one pipelined reply. SLUICE_OK with *r set, possibly to an error
- * reply; any other result means the connection is gone (*r NULL). */
-static sluice_err read_one(sluice_consumer *c, redisReply **r)
+static int is_err(const redisReply *r, const char *prefix)
 {
-    sluice_err e = sluicei_conn_read_reply(c->conn, r);
-    if (e == SLUICE_ERR_REDIS && *r)
-        return SLUICE_OK;
-    if (e != SLUICE_OK && *r) {
-        freeReplyObject(*r);
-        *r = NULL;
-    }
-    return e == SLUICE_OK ? SLUICE_OK : SLUICE_ERR_IO;
-}
-
-/* The scripts must be loaded before a pipeline starts: loading them inside
- * one would read the replies of the commands already appended. */
-static sluice_err ensure_scripts(sluice_consumer *c)
-{
-    static const sluicei_script_id used[] = {SLUICEI_SCRIPT_TAKE, SLUICEI_SCRIPT_CLAIM,
-                                             SLUICEI_SCRIPT_ACK, SLUICEI_SCRIPT_REQUEUE};
-    for (size_t i = 0; i < sizeof used / sizeof used[0]; i++)
-        if (c->conn->script_sha[used[i]][0] == '\0') {
-            sluice_err e = sluicei_script_load(c->conn);
-            if (e != SLUICE_OK && c->conn->ctx == NULL)
-                return SLUICE_ERR_IO;
-            if (e != SLUICE_OK)
-                set_err(c, "%s", c->conn->errstr);
-            return e;
-        }
-    return SLUICE_OK;
-}
-
-/* After NOSCRIPT (SCRIPT FLUSH on the server) every script is reloaded. */
-static void forget_scripts(sluice_consumer *c)
-{
-    for (int i = 0; i < SLUICEI_SCRIPT_COUNT; i++)
-        c->conn->script_sha[i][0] = '\0';
-}
-
-static int fifo_push(sluice_consumer *c, sluice_batch *b)
-{
-    if (c->fifo_len == c->prefetch)
-        return -1;
-    c->fifo[(c->fifo_head + c->fifo_len) % c->prefetch] = b;
-    c->fifo_len++;
-    return 0;
-}
-
-static sluice_batch *fifo_pop(sluice_consumer *c)
-{
-    sluice_batch *b = c->fifo[c->fifo_head];
-    c->fifo_head = (c->fifo_head + 1) % c->prefetch;
-    c->fifo_len--;
-    return b;
+    return r->type == REDIS_REPLY_ERROR && r->str && starts_with(r->str, r->len, prefix);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -179,561 +261,1234 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-/* Appends an id (shorter than SLUICE_MAX_BATCH_ID) to the recover list. */
-static sluice_err push_recover(sluice_consumer *c, const char *id, size_t len)
+static void copy_id(char *dst, const char *s, size_t len)
 {
-    if (grow((void **)&c->recover, &c->recover_cap, c->nrecover + 1, sizeof *c->recover)) {
-        set_err(c, "out of memory");
-        return SLUICE_ERR_NOMEM;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+}
+
+/* The marker "eof:<e>": returns 1 and sets *e when s is one. */
+static int is_marker(const char *s, size_t len, uint32_t *e)
+{
+    if (!starts_with(s, len, "eof:") || len == 4 || len > 14)
+        return 0;
+    uint64_t v = 0;
+    for (size_t i = 4; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
     }
-    memcpy(c->recover[c->nrecover].s, id, len);
-    c->recover[c->nrecover].s[len] = '\0';
-    c->nrecover++;
-    return SLUICE_OK;
+    if (v > UINT32_MAX)
+        return 0;
+    *e = (uint32_t)v;
+    return 1;
 }
 
-static int id_equals(sluice_batch_id a, const char *s, size_t len)
+/* Length of the batch id in a Redis id: a padding copy is "<id>:pad<k>". */
+static size_t base_len(const char *rid, int *padding)
 {
-    char buf[SLUICE_MAX_BATCH_ID];
-    sluicei_batch_id_str(buf, a);
-    return strlen(buf) == len && memcmp(buf, s, len) == 0;
+    size_t n = strlen(rid);
+    const char *p = strstr(rid, ":pad");
+    *padding = 0;
+    if (p && p[4] != '\0') {
+        size_t i = (size_t)(p - rid) + 4;
+        while (i < n && rid[i] >= '0' && rid[i] <= '9')
+            i++;
+        if (i == n) {
+            *padding = 1;
+            return (size_t)(p - rid);
+        }
+    }
+    return n;
 }
 
-/* Whether the id is somewhere in this process already (fifo, out, acks). */
-static int known_locally(const sluice_consumer *c, const char *s, size_t len)
+/* The ack script's epoch, task and seq for a Redis id; -1 when its batch
+ * id is malformed. */
+static int ack_fields(const char *rid, char ep[16], char tk[24], char sq[16])
 {
-    for (int i = 0; i < c->fifo_len; i++)
-        if (id_equals(c->fifo[(c->fifo_head + i) % c->prefetch]->id, s, len))
-            return 1;
-    for (size_t i = 0; i < c->nout; i++)
-        if (id_equals(c->out[i]->id, s, len))
-            return 1;
-    for (size_t i = 0; i < c->nacks; i++)
-        if (id_equals(c->acks[i], s, len))
-            return 1;
+    int pad;
+    sluice_batch_id id;
+    if (sluicei_batch_id_parse(rid, base_len(rid, &pad), &id) != 0)
+        return -1;
+    snprintf(ep, 16, "%" PRIu32, id.epoch);
+    snprintf(tk, 24, "%" PRIu64, id.task);
+    snprintf(sq, 16, "%" PRIu32, id.seq);
     return 0;
 }
 
-/* ---- acknowledgements ------------------------------------------------- */
-
-static sluice_err append_ack(sluice_consumer *c, sluice_batch_id id)
+static uint64_t id_hash(const char *s)
 {
-    char s[SLUICE_MAX_BATCH_ID], ep[16], tk[24], sq[16];
-    sluicei_batch_id_str(s, id);
-    snprintf(ep, sizeof ep, "%" PRIu32, id.epoch);
-    snprintf(tk, sizeof tk, "%" PRIu64, id.task);
-    snprintf(sq, sizeof sq, "%" PRIu32, id.seq);
-    const char *argv[5] = {c->id, s, ep, tk, sq};
-    return sluicei_script_append(c->conn, SLUICEI_SCRIPT_ACK, c->queue, 5, argv, NULL);
-}
-
-static sluice_err append_acks(sluice_consumer *c)
-{
-    for (size_t i = 0; i < c->nacks; i++) {
-        sluice_err e = append_ack(c, c->acks[i]);
-        if (e != SLUICE_OK)
-            return SLUICE_ERR_IO;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ULL;
     }
-    return SLUICE_OK;
+    return h ? h : 1;
 }
 
-/* Reads the replies of the first n queued acks (appended earlier) and
- * forgets the confirmed ones. Acks whose reply was not read stay queued:
- * the ack script is idempotent, so sending one again is harmless. Sets
- * *again when the server had lost its scripts (they are reloaded by the
- * caller once the pipeline is drained). An error reply other than NOSCRIPT
- * keeps the ack and records the message (SLUICE_ERR_REDIS in *failed). */
-static sluice_err read_acks(sluice_consumer *c, size_t n, int *again, sluice_err *failed)
+/* ---- duplicate filter ------------------------------------------------- */
+
+static int idset_has(const idset *s, uint64_t h)
 {
-    size_t keep = 0;
-    for (size_t i = 0; i < n; i++) {
-        redisReply *r;
-        if (read_one(c, &r) != SLUICE_OK) {
-            memmove(c->acks + keep, c->acks + i, (c->nacks - i) * sizeof *c->acks);
-            c->nacks -= i - keep;
-            return SLUICE_ERR_IO;
+    if (!s->cap)
+        return 0;
+    for (size_t i = h & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+        if (s->v[i] == h)
+            return 1;
+        if (s->v[i] == 0)
+            return 0;
+    }
+}
+
+static void idset_put(idset *s, uint64_t h)
+{
+    size_t i = h & (s->cap - 1);
+    while (s->v[i] != 0 && s->v[i] != h)
+        i = (i + 1) & (s->cap - 1);
+    if (s->v[i] == 0) {
+        s->v[i] = h;
+        s->n++;
+    }
+}
+
+/* Adds h, doubling the table at half load. A failed allocation only
+ * forgets the id (the filter is a best effort). */
+static void idset_add(idset *s, uint64_t h)
+{
+    if ((s->n + 1) * 2 > s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 1024;
+        uint64_t *nv = calloc(ncap, sizeof *nv);
+        if (!nv)
+            return;
+        idset old = *s;
+        s->v = nv;
+        s->cap = ncap;
+        s->n = 0;
+        for (size_t i = 0; i < old.cap; i++)
+            if (old.v[i])
+                idset_put(s, old.v[i]);
+        free(old.v);
+    }
+    idset_put(s, h);
+}
+
+static void idset_clear(idset *s)
+{
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+static int dups_seen(sluice_consumer *c, const char *rid)
+{
+    uint64_t h = id_hash(rid);
+    return idset_has(&c->dups[0], h) || idset_has(&c->dups[1], h);
+}
+
+static void dups_add(sluice_consumer *c, const char *rid)
+{
+    idset *cur = &c->dups[c->dups_cur];
+    if (cur->n >= DUP_GEN_MAX) {
+        c->dups_cur ^= 1;
+        cur = &c->dups[c->dups_cur];
+        idset_clear(cur);
+    }
+    idset_add(cur, id_hash(rid));
+}
+
+static void dups_reset(sluice_consumer *c)
+{
+    idset_clear(&c->dups[0]);
+    idset_clear(&c->dups[1]);
+}
+
+/* ---- shared state (the loop side) ------------------------------------- */
+
+/* Records an error that ends the consumer's work (the queue is gone, the
+ * credentials were refused, Redis answers nonsense). */
+static void set_fatal(sluice_consumer *c, sluice_err e, const char *fmt, ...)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->fatal == SLUICE_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->fatal_msg, sizeof c->fatal_msg, fmt, ap);
+        va_end(ap);
+        c->fatal = e;
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Whether the loop must be woken (the caller holds mu): at most one
+ * wake-up is in flight. The caller writes with wake_write() after
+ * unlocking, so that the woken loop does not wait for mu. */
+static int wake_needed(sluice_consumer *c)
+{
+    if (c->wake_pending)
+        return 0;
+    c->wake_pending = 1;
+    return 1;
+}
+
+static void wake_write(sluice_consumer *c)
+{
+    uint64_t one = 1;
+    /* Cannot fail short of a bug: the counter is far from overflowing. */
+    ssize_t n = write(c->wake_fd, &one, sizeof one);
+    (void)n;
+}
+
+/* ---- sessions --------------------------------------------------------- */
+
+static int64_t backoff_ms(sluice_consumer *c)
+{
+    int64_t d = BACKOFF_MIN_MS;
+    for (unsigned i = 0; i < c->attempt && d < BACKOFF_MAX_MS; i++)
+        d *= 2;
+    if (d > BACKOFF_MAX_MS)
+        d = BACKOFF_MAX_MS;
+    c->attempt++;
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    /* +-25% so that consumers dropped together do not come back together. */
+    return d * 3 / 4 + (int64_t)(c->rng % (uint64_t)(d / 2 + 1));
+}
+
+static void arm(struct event *ev, int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(ev, &tv);
+}
+
+/* Ends the current session: both connections are dropped, replies still
+ * due are forgotten (their ids stay in pending:<cid>, the next session
+ * finds them), and a new session is scheduled. Safe inside any callback:
+ * hiredis defers freeing a context whose callback is running. */
+static void session_fail(sluice_consumer *c, const char *fmt, ...)
+{
+    if (c->state == ST_DOWN)
+        return;
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+
+    c->gen++;
+    c->state = ST_DOWN;
+    for (int i = 0; i < 2; i++) {
+        redisAsyncContext *ac = c->ac[i];
+        c->ac[i] = NULL;
+        if (ac)
+            redisAsyncFree(ac);
+    }
+    c->pend[0] = c->pend[1] = 0;
+    c->blocking = 0;
+    c->op = OP_NONE;
+    c->op_left = 0;
+    c->unblock_sent = c->requeue_sent = 0;
+    c->beat_inflight = c->reap_inflight = 0;
+    c->oom_wait = 0;
+    evtimer_del(c->oom_ev);
+    /* A marker seen but not yet announced is seen again by the next take. */
+    if (!c->marker_published)
+        c->stopped_at_marker = 0;
+    c->nrecover = 0;
+
+    pthread_mutex_lock(&c->mu);
+    if (c->down_since_ms == 0)
+        c->down_since_ms = sluicei_now_ms();
+    snprintf(c->down_why, sizeof c->down_why, "%s", why);
+    int closing = c->closing, fatal = c->fatal != SLUICE_OK;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+
+    if (fatal) {
+        if (closing)
+            event_base_loopbreak(c->base);
+        return;
+    }
+    arm(c->retry_ev, closing ? BACKOFF_MIN_MS : backoff_ms(c));
+}
+
+static redisAsyncContext *conn_of(sluice_consumer *c, const redisAsyncContext *ac, int *which)
+{
+    for (int i = 0; i < 2; i++)
+        if (c->ac[i] == ac) {
+            *which = i;
+            return c->ac[i];
         }
-        if (r->type == REDIS_REPLY_ERROR) {
-            c->acks[keep++] = c->acks[i];
-            if (is_error(r, "NOSCRIPT")) {
-                *again = 1;
-            } else {
-                char s[SLUICE_MAX_BATCH_ID];
-                sluicei_batch_id_str(s, c->acks[i]);
-                set_err(c, "acknowledging batch %s: %s", s, r->str);
-                *failed = SLUICE_ERR_REDIS;
+    return NULL;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    sluice_consumer *c = ac->data;
+    int which;
+    if (status == REDIS_OK || !conn_of(c, ac, &which))
+        return;
+    /* hiredis frees a context whose connect failed. */
+    c->ac[which] = NULL;
+    session_fail(c, "redis %s: connect: %s", c->addr, ac->errstr);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    sluice_consumer *c = ac->data;
+    int which;
+    (void)status;
+    if (!conn_of(c, ac, &which))
+        return;   /* one we dropped ourselves */
+    c->ac[which] = NULL;
+    session_fail(c, "redis %s: connection lost: %s", c->addr,
+                 ac->err ? ac->errstr : "closed by the server");
+}
+
+static void handle(sluice_consumer *c, req *q, redisReply *r);
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    req *q = priv;
+    sluice_consumer *c = q->c;
+    if (q->gen == c->gen) {
+        c->pend[q->conn]--;
+        c->prog_ms[q->conn] = sluicei_now_ms();
+        if (q->kind == R_BLMOVE)
+            c->blocking = 0;
+        if (!reply) {
+            /* hiredis is freeing this context (a socket error). */
+            if (c->ac[q->conn] == ac)
+                c->ac[q->conn] = NULL;
+            session_fail(c, "redis %s: connection lost: %s", c->addr,
+                         ac->err ? ac->errstr : "no reply");
+        } else {
+            handle(c, q, reply);
+            if (q->gen == c->gen) {
+                if (q->in_op && --c->op_left == 0) {
+                    c->op = OP_NONE;
+                    pump(c);
+                } else if (c->close_deadline_ms) {
+                    pump(c);
+                }
             }
         }
-        freeReplyObject(r);
     }
-    memmove(c->acks + keep, c->acks + n, (c->nacks - n) * sizeof *c->acks);
-    c->nacks -= n - keep;
-    return SLUICE_OK;
+    free(q);
 }
 
-/* ---- frames that cannot be delivered ---------------------------------- */
-
-/* Removes an id from this consumer's pending list and its data and
- * delivery count from the queue, without marking it acknowledged (so a
- * producer may push it again). The byte budget gets the data's size back. */
-static sluice_err remove_raw(sluice_consumer *c, const char *id, size_t len)
+static req *new_req(int kind, int item)
 {
-    redisReply *r;
-    const char *hs[3] = {"HSTRLEN", c->k_data, id};
-    size_t hl[3] = {7, strlen(c->k_data), len};
-    sluicei_conn_commandargv(c->conn, &r, 3, hs, hl);
-    if (!r)
-        return SLUICE_ERR_IO;
-    long long size = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
-    freeReplyObject(r);
-
-    char sz[24];
-    snprintf(sz, sizeof sz, "%lld", size);
-    const char *multi[1] = {"MULTI"}, *exec[1] = {"EXEC"};
-    const char *lrem[4] = {"LREM", c->k_pending, "-1", id};
-    size_t lreml[4] = {4, strlen(c->k_pending), 2, len};
-    const char *hdel_d[3] = {"HDEL", c->k_data, id};
-    size_t hdel_dl[3] = {4, strlen(c->k_data), len};
-    const char *hdel_v[3] = {"HDEL", c->k_dlv, id};
-    size_t hdel_vl[3] = {4, strlen(c->k_dlv), len};
-    const char *decr[3] = {"DECRBY", c->k_bytes, sz};
-    int n = size > 0 ? 6 : 5;
-    if (sluicei_conn_append_argv(c->conn, 1, multi, NULL) != SLUICE_OK ||
-        sluicei_conn_append_argv(c->conn, 4, lrem, lreml) != SLUICE_OK ||
-        sluicei_conn_append_argv(c->conn, 3, hdel_d, hdel_dl) != SLUICE_OK ||
-        sluicei_conn_append_argv(c->conn, 3, hdel_v, hdel_vl) != SLUICE_OK ||
-        (size > 0 && sluicei_conn_append_argv(c->conn, 3, decr, NULL) != SLUICE_OK) ||
-        sluicei_conn_append_argv(c->conn, 1, exec, NULL) != SLUICE_OK)
-        return SLUICE_ERR_IO;
-    for (int i = 0; i < n; i++) {
-        if (read_one(c, &r) != SLUICE_OK)
-            return SLUICE_ERR_IO;
-        freeReplyObject(r);
+    req *q = calloc(1, sizeof *q);
+    if (q) {
+        q->kind = kind;
+        q->item = item;
     }
-    return SLUICE_OK;
+    return q;
 }
 
-/* A frame that failed validation: counted, explained in errstr, and taken
- * out of the way so that it does not block the queue. With a well-formed
- * id it is acknowledged (a producer pushing the same id again is then
- * dropped as a duplicate); an id that is not "epoch:task:seq" cannot be
- * acknowledged and is removed as such. */
-static sluice_err drop_invalid(sluice_consumer *c, const char *id, size_t len, const char *reason)
+/* Sends a command on connection conn; q (from new_req, may be NULL after
+ * a failed allocation) is owned by the call. Returns -1 when the session
+ * ended (the caller stops what it was doing). */
+static int send_argv(sluice_consumer *c, int conn, req *q, int in_op, int argc, const char **argv,
+                     const size_t *lens)
 {
-    sluice_batch_id bid;
-    c->st.invalid++;
-    set_err(c, "batch %.*s: %s", (int)(len < 64 ? len : 64), id, reason);
-    if (sluicei_batch_id_parse(id, len, &bid) != 0)
-        return remove_raw(c, id, len);
+    redisAsyncContext *ac = c->ac[conn];
+    if (!q) {
+        session_fail(c, "out of memory");
+        return -1;
+    }
+    if (!ac) {
+        free(q);
+        return -1;
+    }
+    q->c = c;
+    q->gen = c->gen;
+    q->conn = conn;
+    q->in_op = in_op;
+    if (redisAsyncCommandArgv(ac, on_reply, q, argc, argv, lens) != REDIS_OK) {
+        free(q);
+        session_fail(c, "redis %s: sending a command: %s", c->addr,
+                     ac->err ? ac->errstr : "out of memory");
+        return -1;
+    }
+    if (c->pend[conn]++ == 0)
+        c->prog_ms[conn] = sluicei_now_ms();
+    if (in_op)
+        c->op_left++;
+    if (q->kind == R_BLMOVE)
+        c->blocking = 1;
+    return 0;
+}
 
+/* EVALSHA of script s on the queue with the given ARGV. */
+static int send_script(sluice_consumer *c, int conn, req *q, int in_op, sluicei_script_id s,
+                       int argc, const char **argv)
+{
+    const char *sav[40], **av = sav;
+    size_t sal[40], *al = sal;
+    if (argc + 4 > 40) {
+        av = malloc((size_t)(argc + 4) * sizeof *av);
+        al = malloc((size_t)(argc + 4) * sizeof *al);
+        if (!av || !al) {
+            free(av == sav ? NULL : av);
+            free(al == sal ? NULL : al);
+            free(q);
+            session_fail(c, "out of memory");
+            return -1;
+        }
+    }
+    av[0] = "EVALSHA";
+    av[1] = c->sha[s];
+    av[2] = "1";
+    av[3] = c->k_meta;
+    for (int i = 0; i < argc; i++)
+        av[4 + i] = argv[i];
+    for (int i = 0; i < argc + 4; i++)
+        al[i] = strlen(av[i]);
+    int rc = send_argv(c, conn, q, in_op, argc + 4, av, al);
+    if (av != sav) {
+        free(av);
+        free(al);
+    }
+    return rc;
+}
+
+static int send_ack(sluice_consumer *c, int conn, int kind, int in_op, const char *rid)
+{
     char ep[16], tk[24], sq[16];
-    snprintf(ep, sizeof ep, "%" PRIu32, bid.epoch);
-    snprintf(tk, sizeof tk, "%" PRIu64, bid.task);
-    snprintf(sq, sizeof sq, "%" PRIu32, bid.seq);
-    const char *argv[5] = {c->id, id, ep, tk, sq};
-    size_t argl[5] = {strlen(c->id), len, strlen(ep), strlen(tk), strlen(sq)};
-    redisReply *r = NULL;
-    sluice_err e = sluicei_script_run(c->conn, SLUICEI_SCRIPT_ACK, c->queue, 5, argv, argl, &r);
-    if (r)
-        freeReplyObject(r);
-    if (e != SLUICE_OK && c->conn->ctx == NULL)
-        return SLUICE_ERR_IO;
-    /* Another error leaves the id pending: close() hands it back, and the
-     * next consumer skips it the same way. */
-    return SLUICE_OK;
+    if (ack_fields(rid, ep, tk, sq) != 0)
+        return 0;   /* never handed out: such a frame fails the id check */
+    req *q = new_req(kind, -1);
+    if (q)
+        snprintf(q->id, sizeof q->id, "%s", rid);
+    const char *argv[5] = {c->id, rid, ep, tk, sq};
+    return send_script(c, conn, q, in_op, SLUICEI_SCRIPT_ACK, 5, argv);
 }
 
-/* Takes charge of an id found in pending:<cid>: it is fetched next, or
- * dropped at once when it is too long to be a batch id. */
-static sluice_err adopt_id(sluice_consumer *c, const char *id, size_t len)
+/* Sends an invalid frame's id to the dead letters with its reason (part of
+ * the current data operation) and counts it. */
+static int send_dead(sluice_consumer *c, const char *rid, size_t len, const char *reason)
 {
-    if (len >= SLUICE_MAX_BATCH_ID) {
-        char why[64];
-        snprintf(why, sizeof why, "id of %zu bytes is not a batch id", len);
-        return drop_invalid(c, id, len, why);
+    char now[24], idq[RID_MAX];
+    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    pthread_mutex_lock(&c->mu);
+    c->st.invalid++;
+    copy_id(idq, rid, len < RID_MAX - 1 ? len : RID_MAX - 1);
+    snprintf(c->note, sizeof c->note, "batch %.64s%s: %s", idq, len >= RID_MAX - 1 ? "..." : "",
+             reason);
+    c->note_seq++;
+    pthread_mutex_unlock(&c->mu);
+    const char *argv[4] = {c->id, rid, reason, now};
+    size_t lens[4 + 4];
+    const char *av[8] = {"EVALSHA", c->sha[SLUICEI_SCRIPT_DEAD], "1", c->k_meta,
+                         argv[0], argv[1], argv[2], argv[3]};
+    for (int i = 0; i < 8; i++)
+        lens[i] = strlen(av[i]);
+    lens[5] = len;   /* the id may be any bytes */
+    return send_argv(c, CONN_DATA, new_req(R_DEAD, -1), 1, 8, av, lens);
+}
+
+static void send_setup(sluice_consumer *c, int conn, int argc, const char **argv, const char *step)
+{
+    req *q = new_req(strcmp(step, "CLIENT ID") == 0 ? R_CLIENT_ID : R_SETUP, -1);
+    if (q)
+        snprintf(q->id, sizeof q->id, "%s", step);
+    if (send_argv(c, conn, q, 0, argc, argv, NULL) == 0)
+        c->setup_left++;
+}
+
+static const sluicei_script_id used_scripts[] = {
+    SLUICEI_SCRIPT_TAKE,    SLUICEI_SCRIPT_CLAIM, SLUICEI_SCRIPT_ACK,  SLUICEI_SCRIPT_REQUEUE,
+    SLUICEI_SCRIPT_REAP,    SLUICEI_SCRIPT_BEAT,  SLUICEI_SCRIPT_DEAD,
+};
+
+/* Starts a session: two non-blocking connects, and the setup commands
+ * queued behind them (hiredis sends them once connected). Scripts are
+ * loaded again every time: a restarted server has none. */
+static void session_start(sluice_consumer *c)
+{
+    c->gen++;
+    c->state = ST_CONNECTING;
+    c->conn_started_ms = sluicei_now_ms();
+    c->setup_left = 0;
+    c->data_client_id = 0;
+    for (int i = 0; i < 2; i++) {
+        redisAsyncContext *ac = c->url.unix_path ? redisAsyncConnectUnix(c->url.unix_path)
+                                                 : redisAsyncConnect(c->url.host, c->url.port);
+        if (!ac) {
+            session_fail(c, "redis %s: connect: out of memory", c->addr);
+            return;
+        }
+        if (ac->err) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", ac->errstr);
+            redisAsyncFree(ac);
+            session_fail(c, "redis %s: connect: %s", c->addr, msg);
+            return;
+        }
+        ac->data = c;
+        c->ac[i] = ac;
+        if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
+            session_fail(c, "redis %s: attaching to the event loop failed", c->addr);
+            return;
+        }
+        redisAsyncSetConnectCallback(ac, on_connect);
+        redisAsyncSetDisconnectCallback(ac, on_disconnect);
     }
-    return push_recover(c, id, len);
+    uint64_t gen = c->gen;
+    for (int i = 0; i < 2 && gen == c->gen; i++) {
+        if (c->url.password) {
+            const char *a3[3] = {"AUTH", c->url.user, c->url.password};
+            const char *a2[2] = {"AUTH", c->url.password};
+            send_setup(c, i, c->url.user ? 3 : 2, c->url.user ? a3 : a2, "AUTH");
+        }
+        if (c->url.db && gen == c->gen) {
+            char db[16];
+            snprintf(db, sizeof db, "%d", c->url.db);
+            const char *av[2] = {"SELECT", db};
+            send_setup(c, i, 2, av, "SELECT");
+        }
+    }
+    if (gen == c->gen) {
+        const char *av[2] = {"CLIENT", "ID"};
+        send_setup(c, CONN_DATA, 2, av, "CLIENT ID");
+    }
+    for (size_t i = 0; i < sizeof used_scripts / sizeof used_scripts[0] && gen == c->gen; i++) {
+        const char *av[3] = {"SCRIPT", "LOAD", sluicei_script_source(used_scripts[i])};
+        send_setup(c, CONN_CTL, 3, av, "SCRIPT LOAD");
+    }
 }
 
-/* Turns one HGET reply r for id (delivered the dlv-th time) into a batch
- * in the FIFO, or drops it. r is consumed either way. */
-static sluice_err take_frame(sluice_consumer *c, const char *id, size_t len, long long dlv,
-                             redisReply *r)
+static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
-    char why[256];
+    sluice_consumer *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->state == ST_DOWN)
+        session_start(c);
+}
+
+static void send_beat(sluice_consumer *c)
+{
+    sluice_consumer_stats st;
+    uint32_t ep;
+    pthread_mutex_lock(&c->mu);
+    st = c->st;
+    ep = c->epoch;
+    pthread_mutex_unlock(&c->mu);
+    char now[24], v[11][24];
+    const char *names[11] = {"batches", "records",    "bytes",      "redelivered",
+                             "duplicates", "padding", "invalid",    "reconnects",
+                             "blocked_us", "epochs_ended", "epoch"};
+    uint64_t vals[11] = {st.batches,    st.records, st.bytes,      st.redelivered,
+                         st.duplicates, st.padding, st.invalid,    st.reconnects,
+                         st.blocked_us, st.epochs_ended, ep};
+    const char *argv[4 + 22];
+    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    argv[0] = "consumer";
+    argv[1] = c->id;
+    argv[2] = now;
+    argv[3] = c->rank_s;
+    for (int i = 0; i < 11; i++) {
+        snprintf(v[i], sizeof v[i], "%" PRIu64, vals[i]);
+        argv[4 + 2 * i] = names[i];
+        argv[5 + 2 * i] = v[i];
+    }
+    if (send_script(c, CONN_CTL, new_req(R_BEAT, -1), 0, SLUICEI_SCRIPT_BEAT, 26, argv) == 0)
+        c->beat_inflight = 1;
+}
+
+static void send_reap(sluice_consumer *c)
+{
+    char now[24];
+    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    const char *argv[1] = {now};
+    if (send_script(c, CONN_CTL, new_req(R_REAP, -1), 0, SLUICEI_SCRIPT_REAP, 1, argv) == 0)
+        c->reap_inflight = 1;
+}
+
+static int64_t reap_period(sluice_consumer *c)
+{
+    int64_t half = c->lease_ms / 2 > 1 ? c->lease_ms / 2 : 1;
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    return half * 3 / 4 + (int64_t)(c->rng % (uint64_t)(half / 2 + 1));
+}
+
+static void session_ready(sluice_consumer *c)
+{
+    c->state = ST_READY;
+    c->attempt = 0;
+    pthread_mutex_lock(&c->mu);
+    if (c->ever_ready)
+        c->st.reconnects++;
+    c->down_since_ms = 0;
+    c->down_why[0] = '\0';
+    int closing = c->closing;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    c->ever_ready = 1;
+    c->need_resync = !closing;
+    c->list_empty = 0;
+    /* Acks whose confirmation was lost are sent again (they are idempotent). */
+    uint64_t gen = c->gen;
+    for (size_t i = 0; i < c->nunconf && gen == c->gen; i++)
+        send_ack(c, CONN_CTL, R_ACK, 0, c->unconf[i].s);
+    if (gen != c->gen)
+        return;
+    int64_t now = sluicei_now_ms();
+    c->next_beat_ms = now;
+    c->next_reap_ms = now + reap_period(c);
+    pump(c);
+}
+
+/* ---- replies ---------------------------------------------------------- */
+
+static void handle_setup(sluice_consumer *c, req *q, redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR) {
+        const char *m = r->str;
+        if (strcmp(q->id, "AUTH") == 0 || starts_with(m, r->len, "NOAUTH") ||
+            starts_with(m, r->len, "WRONGPASS") || starts_with(m, r->len, "NOPERM")) {
+            set_fatal(c, SLUICE_ERR_AUTH, "redis %s: authentication failed: %s", c->addr, m);
+        } else if (strcmp(q->id, "SELECT") == 0 && !starts_with(m, r->len, "LOADING")) {
+            set_fatal(c, SLUICE_ERR_INVALID, "redis %s: SELECT: %s", c->addr, m);
+        }
+        /* Anything else (LOADING after a restart...) is tried again. */
+        session_fail(c, "redis %s: %s: %s", c->addr, q->id, m);
+        return;
+    }
+    if (q->kind == R_CLIENT_ID && r->type == REDIS_REPLY_INTEGER)
+        c->data_client_id = r->integer;
+    if (--c->setup_left == 0 && c->state == ST_CONNECTING)
+        session_ready(c);
+}
+
+/* Errors every script call shares: lost scripts, a deleted queue. Returns
+ * 1 when r was one of them (and was dealt with). */
+static int script_error(sluice_consumer *c, const char *what, redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ERROR)
+        return 0;
+    if (is_err(r, "NOSCRIPT")) {
+        /* SCRIPT FLUSH on the server: a new session loads them again. */
+        session_fail(c, "redis %s: %s: %s", c->addr, what, r->str);
+    } else if (sluicei_reply_error_code(r) == SLUICE_ERR_NOQUEUE) {
+        set_fatal(c, SLUICE_ERR_NOQUEUE, "queue '%s' does not exist any more", c->queue);
+    } else {
+        session_fail(c, "redis %s: %s: %s", c->addr, what, r->str);
+    }
+    return 1;
+}
+
+/* Sends HGET (and, at most once, the ack right behind it) for item i. */
+static int fetch_item(sluice_consumer *c, int i)
+{
+    const char *av[3] = {"HGET", c->k_data, c->items[i].rid};
+    if (send_argv(c, CONN_DATA, new_req(R_FRAME, i), 1, 3, av, NULL) != 0)
+        return -1;
+    if (c->ack_mode == SLUICE_ACK_NONE)
+        return send_ack(c, CONN_DATA, R_ACK_QUIET, 1, c->items[i].rid);
+    return 0;
+}
+
+/* The marker of the loop's epoch was reached: stop fetching and read the
+ * job's epoch count (behind the HGETs of the batches before the marker). */
+static int reached_marker(sluice_consumer *c)
+{
+    c->stopped_at_marker = 1;
+    const char *av[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
+    return send_argv(c, CONN_DATA, new_req(R_JOB, -1), 1, 4, av, NULL);
+}
+
+static void handle_take(sluice_consumer *c, req *q, redisReply *r)
+{
+    (void)q;
+    if (script_error(c, "take", r))
+        return;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
+        set_fatal(c, SLUICE_ERR_PROTOCOL, "take: unexpected reply (type %d)", r->type);
+        return;
+    }
+    size_t want = (size_t)c->items[0].dlv;   /* stashed by start_take */
+    int n = 0, marker = 0;
+    uint64_t gen = c->gen;
+    for (size_t i = 0; i + 1 < r->elements && gen == c->gen; i += 2) {
+        redisReply *id = r->element[i], *d = r->element[i + 1];
+        uint32_t me;
+        if (id->type != REDIS_REPLY_STRING || d->type != REDIS_REPLY_INTEGER) {
+            set_fatal(c, SLUICE_ERR_PROTOCOL, "take: unexpected element types");
+            return;
+        }
+        if (is_marker(id->str, id->len, &me)) {
+            marker = 1;
+            break;
+        }
+        if (n >= c->prefetch) {
+            set_fatal(c, SLUICE_ERR_PROTOCOL, "take: more ids than asked for");
+            return;
+        }
+        if (id->len >= RID_MAX) {
+            send_dead(c, id->str, id->len, "the id is too long to be a batch id");
+            continue;
+        }
+        copy_id(c->items[n].rid, id->str, id->len);
+        c->items[n].dlv = d->integer;
+        fetch_item(c, n);
+        n++;
+    }
+    if (gen != c->gen)
+        return;
+    c->list_empty = !marker && r->elements / 2 < want;
+    if (marker)
+        reached_marker(c);
+}
+
+static void handle_blmove(sluice_consumer *c, redisReply *r)
+{
     if (r->type == REDIS_REPLY_NIL) {
-        freeReplyObject(r);
-        c->st.invalid++;
-        set_err(c, "batch %.*s: no data in Redis (removed from the pending list)",
-                (int)(len < 64 ? len : 64), id);
-        return remove_raw(c, id, len);
+        /* Nothing within BLOCK_MS: take once before blocking again, which
+         * also notices a queue deleted meanwhile. */
+        c->list_empty = 0;
+        return;
+    }
+    if (is_err(r, "OOM")) {
+        /* BLMOVE is refused at maxmemory; take is not. */
+        c->oom_wait = 1;
+        c->list_empty = 0;
+        arm(c->oom_ev, OOM_POLL_MS);
+        return;
     }
     if (r->type != REDIS_REPLY_STRING) {
-        snprintf(why, sizeof why, "unexpected reply to HGET (type %d%s%s)", r->type,
-                 r->type == REDIS_REPLY_ERROR ? ": " : "",
-                 r->type == REDIS_REPLY_ERROR ? r->str : "");
-        freeReplyObject(r);
-        set_err(c, "batch %.*s: %s", (int)(len < 64 ? len : 64), id, why);
-        return SLUICE_ERR_REDIS;
+        session_fail(c, "redis %s: BLMOVE: %s", c->addr,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        return;
+    }
+    c->list_empty = 0;
+    if (c->close_deadline_ms)
+        return;   /* stays in pending:<cid>; requeue hands it back */
+    char now[24], ep[16];
+    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    uint32_t me;
+    if (is_marker(r->str, r->len, &me)) {
+        /* claim puts the marker back for the other consumers. */
+        snprintf(ep, sizeof ep, "%" PRIu32, me);
+        char mk[RID_MAX];
+        copy_id(mk, r->str, r->len);
+        const char *argv[5] = {c->id, mk, now, ep, c->rank_s};
+        if (send_script(c, CONN_DATA, new_req(R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) != 0)
+            return;
+        if (me == c->loop_epoch)
+            reached_marker(c);
+        return;
+    }
+    if (r->len >= RID_MAX) {
+        send_dead(c, r->str, r->len, "the id is too long to be a batch id");
+        return;
+    }
+    copy_id(c->items[0].rid, r->str, r->len);
+    c->items[0].dlv = 1;
+    snprintf(ep, sizeof ep, "%" PRIu32, c->loop_epoch);
+    const char *argv[5] = {c->id, c->items[0].rid, now, ep, c->rank_s};
+    if (send_script(c, CONN_DATA, new_req(R_CLAIM, 0), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) == 0)
+        fetch_item(c, 0);
+}
+
+static void handle_claim(sluice_consumer *c, req *q, redisReply *r)
+{
+    if (script_error(c, "claim", r))
+        return;
+    if (q->item >= 0 && r->type == REDIS_REPLY_INTEGER)
+        c->items[q->item].dlv = r->integer;
+}
+
+/* Takes over the string of a reply hiredis is about to free: the batch
+ * keeps pointing into it (zero copy), and sluice_batch_free() frees it. */
+static redisReply *steal_string(redisReply *r)
+{
+    redisReply *m = malloc(sizeof *m);
+    if (!m)
+        return NULL;
+    *m = *r;
+    r->str = NULL;
+    r->len = 0;
+    return m;
+}
+
+static void handle_frame(sluice_consumer *c, req *q, redisReply *r)
+{
+    item *it = &c->items[q->item];
+    char why[256];
+    if (r->type == REDIS_REPLY_NIL) {
+        send_dead(c, it->rid, strlen(it->rid), "no data in Redis for this id");
+        return;
+    }
+    if (r->type != REDIS_REPLY_STRING) {
+        session_fail(c, "redis %s: HGET: %s", c->addr,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        return;
+    }
+    redisReply *m = steal_string(r);
+    if (!m) {
+        session_fail(c, "out of memory");
+        return;
     }
     sluice_batch *b = NULL;
-    /* Zero copy: the batch's records point into the reply, and freeing
-     * the batch frees the reply. */
-    sluice_err e = sluicei_wire_decode(r->str, r->len, c->max_batch_bytes, freeReplyObject, r,
-                                       &b, why, sizeof why);
+    sluice_err e = sluicei_wire_decode(m->str, m->len, c->max_batch_bytes, freeReplyObject, m, &b,
+                                       why, sizeof why);
     if (e != SLUICE_OK) {
-        freeReplyObject(r);
-        return drop_invalid(c, id, len, why);
+        freeReplyObject(m);
+        send_dead(c, it->rid, strlen(it->rid), why);
+        return;
     }
-    if (!id_equals(b->id, id, len)) {
-        char s[SLUICE_MAX_BATCH_ID];
-        sluicei_batch_id_str(s, b->id);
+    /* The frame must carry the id it is stored under (a padding copy: the
+     * id it copies). */
+    int padding;
+    size_t bl = base_len(it->rid, &padding);
+    char s[SLUICE_MAX_BATCH_ID];
+    sluicei_batch_id_str(s, b->id);
+    if (strlen(s) != bl || memcmp(s, it->rid, bl) != 0) {
         snprintf(why, sizeof why, "the frame carries the id %s", s);
         sluice_batch_free(b);
-        return drop_invalid(c, id, len, why);
+        send_dead(c, it->rid, strlen(it->rid), why);
+        return;
     }
-    b->deliveries = dlv > 0 && dlv <= UINT32_MAX ? (uint32_t)dlv : 1;
-    b->consumer = c;
-    b->acked = 0;
-    fifo_push(c, b);   /* room: a round never asks for more than the free slots */
-    return SLUICE_OK;
+    if (dups_seen(c, it->rid)) {
+        /* Delivered by this consumer in this epoch already: a lease that
+         * ran out while it was held, say. Acknowledge the extra copy. */
+        sluice_batch_free(b);
+        pthread_mutex_lock(&c->mu);
+        c->st.duplicates++;
+        pthread_mutex_unlock(&c->mu);
+        if (c->ack_mode == SLUICE_ACK_EXPLICIT)
+            send_ack(c, CONN_DATA, R_ACK_QUIET, 1, it->rid);
+        return;
+    }
+    dups_add(c, it->rid);
+    b->deliveries = it->dlv > 0 && it->dlv <= UINT32_MAX ? (uint32_t)it->dlv : 1;
+    b->padding = padding;
+    /* At most once: the batch is acknowledged already; release() only frees. */
+    b->consumer = c->ack_mode == SLUICE_ACK_EXPLICIT ? c : NULL;
+    b->acked = c->ack_mode != SLUICE_ACK_EXPLICIT;
+    pthread_mutex_lock(&c->mu);
+    slot *sl = &c->fifo[(c->fifo_head + c->fifo_len) % c->prefetch];
+    sl->b = b;
+    memcpy(sl->rid, it->rid, sizeof sl->rid);
+    c->fifo_len++;   /* room: an operation never asks for more than the free slots */
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
 }
 
-/* ---- one round trip (or two) with Redis ------------------------------- */
-
-/* Reads n HGET replies into c->replies; on failure frees what was read. */
-static sluice_err read_frames(sluice_consumer *c, size_t n)
+static void handle_job(sluice_consumer *c, redisReply *r)
 {
-    for (size_t i = 0; i < n; i++)
-        if (read_one(c, &c->replies[i]) != SLUICE_OK) {
-            while (i > 0)
-                freeReplyObject(c->replies[--i]);
-            return SLUICE_ERR_IO;
-        }
-    return SLUICE_OK;
+    long long epochs = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_STRING)
+        epochs = strtoll(r->element[0]->str, NULL, 10);
+    c->marker_published = 1;
+    pthread_mutex_lock(&c->mu);
+    c->at_marker = 1;
+    c->marker_last = epochs > 0 && (long long)c->loop_epoch + 1 >= epochs;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
 }
 
-static sluice_err append_hget(sluice_consumer *c, const char *id, size_t len)
+/* Whether an id in pending:<cid> is accounted for in this process. */
+static int known_locally(sluice_consumer *c, const char *s, size_t len)
 {
-    const char *argv[3] = {"HGET", c->k_data, id};
-    size_t argl[3] = {4, strlen(c->k_data), len};
-    return sluicei_conn_append_argv(c->conn, 3, argv, argl);
+    char id[RID_MAX];
+    if (len >= RID_MAX)
+        return 0;
+    copy_id(id, s, len);
+    for (size_t i = 0; i < c->nunconf; i++)
+        if (strcmp(c->unconf[i].s, id) == 0)
+            return 1;
+    for (size_t i = 0; i < c->nrecover; i++)
+        if (strcmp(c->recover[i].s, id) == 0)
+            return 1;
+    int found = 0;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->fifo_len && !found; i++)
+        found = strcmp(c->fifo[(c->fifo_head + i) % c->prefetch].rid, id) == 0;
+    for (size_t i = 0; i < c->nout && !found; i++)
+        found = strcmp(c->out[i].rid, id) == 0;
+    for (size_t i = 0; i < c->nacks && !found; i++)
+        found = strcmp(c->acks[i].s, id) == 0;
+    pthread_mutex_unlock(&c->mu);
+    return found;
 }
 
-/* Decodes the n frames read into c->replies for the ids in c->r_ids,
- * c->r_lens, c->r_dlv. After a lost connection the remaining replies are
- * only freed (their ids stay pending in Redis; resync() finds them). */
-static sluice_err take_frames(sluice_consumer *c, size_t n)
+static void handle_resync(sluice_consumer *c, redisReply *r)
 {
-    sluice_err first = SLUICE_OK;
-    for (size_t i = 0; i < n; i++) {
-        if (first == SLUICE_ERR_IO) {
-            freeReplyObject(c->replies[i]);
-            continue;
-        }
-        sluice_err e = take_frame(c, c->r_ids[i], c->r_lens[i], c->r_dlv[i], c->replies[i]);
-        if (e != SLUICE_OK && (first == SLUICE_OK || e == SLUICE_ERR_IO))
-            first = e;
-    }
-    return first;
-}
-
-/* Ends a round whose replies are all read: the scripts are reloaded when
- * the server had lost them. */
-static sluice_err end_round(sluice_consumer *c, sluice_err e, int again, sluice_err failed)
-{
-    if (again && e == SLUICE_OK) {
-        forget_scripts(c);
-        e = ensure_scripts(c);
-    }
-    return e != SLUICE_OK ? e : failed;
-}
-
-/* Fetches ids of the recover list (claim + HGET, one round trip). */
-static sluice_err round_recover(sluice_consumer *c, size_t na, int *progress)
-{
-    size_t k = (size_t)(c->prefetch - c->fifo_len);
-    if (k > c->nrecover)
-        k = c->nrecover;
-    char now[24];
-    snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000);
-    for (size_t i = 0; i < k; i++) {
-        const char *argv[5] = {c->id, c->recover[i].s, now, "0", ""};
-        if (sluicei_script_append(c->conn, SLUICEI_SCRIPT_CLAIM, c->queue, 5, argv, NULL) !=
-                SLUICE_OK ||
-            append_hget(c, c->recover[i].s, strlen(c->recover[i].s)) != SLUICE_OK)
-            return SLUICE_ERR_IO;
-    }
-    int again = 0;
-    sluice_err failed = SLUICE_OK;
-    if (read_acks(c, na, &again, &failed) != SLUICE_OK)
-        return SLUICE_ERR_IO;
-
-    /* On a lost connection the recover list need not be kept consistent:
-     * regain() rebuilds it from pending:<cid>. */
-    size_t n = 0, keep = 0;
-    for (size_t i = 0; i < k; i++) {
-        redisReply *claim, *frame;
-        if (read_one(c, &claim) != SLUICE_OK)
-            goto io;
-        if (read_one(c, &frame) != SLUICE_OK) {
-            freeReplyObject(claim);
-            goto io;
-        }
-        if (claim->type != REDIS_REPLY_INTEGER) {
-            /* Not claimed: keep it for the next round. */
-            if (is_error(claim, "NOSCRIPT")) {
-                again = 1;
-            } else {
-                set_err(c, "claiming batch %s: %s", c->recover[i].s,
-                        claim->type == REDIS_REPLY_ERROR ? claim->str : "unexpected reply");
-                failed = SLUICE_ERR_REDIS;
-            }
-            c->recover[keep++] = c->recover[i];
-            freeReplyObject(claim);
-            freeReplyObject(frame);
-            continue;
-        }
-        c->r_held[n] = c->recover[i];
-        c->r_ids[n] = c->r_held[n].s;
-        c->r_lens[n] = strlen(c->r_held[n].s);
-        c->r_dlv[n] = claim->integer;
-        c->replies[n++] = frame;
-        freeReplyObject(claim);
-    }
-    memmove(c->recover + keep, c->recover + k, (c->nrecover - k) * sizeof *c->recover);
-    c->nrecover -= k - keep;
-    *progress = 1;
-    return end_round(c, take_frames(c, n), again, failed);
-io:
-    for (size_t i = 0; i < n; i++)
-        freeReplyObject(c->replies[i]);
-    return SLUICE_ERR_IO;
-}
-
-/* Takes up to the free FIFO room from ready with the take script (in the
- * round trip of the acks), then fetches the frames (HGET, pipelined). */
-static sluice_err round_take(sluice_consumer *c, size_t na, int *progress)
-{
-    int room = c->prefetch - c->fifo_len;
-    char want[16], now[24];
-    snprintf(want, sizeof want, "%d", room);
-    snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000);
-    const char *argv[5] = {c->id, want, now, "0", ""};
-    if (sluicei_script_append(c->conn, SLUICEI_SCRIPT_TAKE, c->queue, 5, argv, NULL) != SLUICE_OK)
-        return SLUICE_ERR_IO;
-    int again = 0;
-    sluice_err failed = SLUICE_OK;
-    if (read_acks(c, na, &again, &failed) != SLUICE_OK)
-        return SLUICE_ERR_IO;
-    redisReply *t;
-    if (read_one(c, &t) != SLUICE_OK)
-        return SLUICE_ERR_IO;
-    if (is_error(t, "NOSCRIPT")) {
-        freeReplyObject(t);
-        *progress = 1;
-        return end_round(c, SLUICE_OK, 1, failed);
-    }
-    if (t->type == REDIS_REPLY_ERROR) {
-        sluice_err e = sluicei_reply_error_code(t);
-        if (e == SLUICE_ERR_NOQUEUE)
-            set_err(c, "queue '%s' does not exist any more", c->queue);
-        else
-            set_err(c, "take: %s", t->str);
-        freeReplyObject(t);
-        return e == SLUICE_OK ? SLUICE_ERR_REDIS : e;
-    }
-    size_t n = t->type == REDIS_REPLY_ARRAY ? t->elements / 2 : 0;
-    if (t->type != REDIS_REPLY_ARRAY || t->elements % 2 || n > (size_t)room) {
-        set_err(c, "take: unexpected reply (type %d, %zu elements)", t->type,
-                t->type == REDIS_REPLY_ARRAY ? t->elements : 0);
-        freeReplyObject(t);
-        return SLUICE_ERR_PROTOCOL;
-    }
-    for (size_t i = 0; i < n; i++) {
-        redisReply *id = t->element[2 * i], *d = t->element[2 * i + 1];
-        if (id->type != REDIS_REPLY_STRING || d->type != REDIS_REPLY_INTEGER) {
-            set_err(c, "take: unexpected element types");
-            freeReplyObject(t);
-            return SLUICE_ERR_PROTOCOL;
-        }
-        c->r_ids[i] = id->str;
-        c->r_lens[i] = id->len;
-        c->r_dlv[i] = d->integer;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (append_hget(c, c->r_ids[i], c->r_lens[i]) != SLUICE_OK) {
-            freeReplyObject(t);
-            return SLUICE_ERR_IO;
-        }
-    /* A lost reply here leaves the ids in pending:<cid>; resync() finds them. */
-    if (read_frames(c, n) != SLUICE_OK) {
-        freeReplyObject(t);
-        return SLUICE_ERR_IO;
-    }
-    *progress = n > 0;
-    sluice_err e = take_frames(c, n);
-    freeReplyObject(t);   /* r_ids pointed into it */
-    return end_round(c, e, again, failed);
-}
-
-/* One non-blocking round: sends the queued acks and, in the same round
- * trip, claims ids to recover or takes new ones; then fetches and decodes
- * their frames into the FIFO. *progress is set when the round moved
- * something (so another round may find more without waiting). */
-static sluice_err fetch_round(sluice_consumer *c, int *progress)
-{
-    *progress = 0;
-    sluice_err e = ensure_scripts(c);
-    if (e != SLUICE_OK)
-        return e;
-    size_t na = c->nacks;
-    if (append_acks(c) != SLUICE_OK)
-        return SLUICE_ERR_IO;
-    return c->nrecover ? round_recover(c, na, progress) : round_take(c, na, progress);
-}
-
-/* Waits up to ms for an id with BLMOVE; an id that arrives goes to the
- * recover list, from which the next round claims and fetches it. Sets
- * *oom when Redis refuses BLMOVE for lack of memory. */
-static sluice_err block_one(sluice_consumer *c, int64_t ms, int *oom)
-{
-    if (ms < BLOCK_MIN_MS)
-        ms = BLOCK_MIN_MS;
-    char tmo[32];
-    snprintf(tmo, sizeof tmo, "%" PRId64 ".%03d", ms / 1000, (int)(ms % 1000));
-    const char *argv[6] = {"BLMOVE", c->k_ready, c->k_pending, "RIGHT", "LEFT", tmo};
-    redisReply *r = NULL;
-    sluicei_conn_set_timeout(c->conn, (int)ms + SOCKET_SLACK_MS);
-    sluicei_conn_commandargv(c->conn, &r, 6, argv, NULL);
-    if (!r)
-        return SLUICE_ERR_IO;
-    sluicei_conn_set_timeout(c->conn, 0);
-    sluice_err e = SLUICE_OK;
-    if (r->type == REDIS_REPLY_STRING) {
-        e = adopt_id(c, r->str, r->len);
-    } else if (is_error(r, "OOM")) {
-        *oom = 1;
-    } else if (r->type != REDIS_REPLY_NIL) {
-        set_err(c, "BLMOVE: %s", r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-        e = SLUICE_ERR_REDIS;
-    }
-    freeReplyObject(r);
-    return e;
-}
-
-/* Rebuilds the recover list: every id in pending:<cid> that this process
- * does not know was moved by a command whose reply never arrived. */
-static sluice_err resync(sluice_consumer *c)
-{
-    const char *argv[4] = {"LRANGE", c->k_pending, "0", "-1"};
-    redisReply *r = NULL;
-    sluicei_conn_commandargv(c->conn, &r, 4, argv, NULL);
-    if (!r)
-        return SLUICE_ERR_IO;
-    sluice_err e = SLUICE_OK;
-    c->nrecover = 0;
     if (r->type != REDIS_REPLY_ARRAY) {
-        set_err(c, "LRANGE %s: %s", c->k_pending,
-                r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-        e = SLUICE_ERR_REDIS;
+        session_fail(c, "redis %s: LRANGE %s: %s", c->addr, c->k_pending,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        return;
     }
-    /* pending:<cid> is filled at the left, so the oldest is at the right. */
-    for (size_t i = r->type == REDIS_REPLY_ARRAY ? r->elements : 0; i-- > 0 && e == SLUICE_OK;) {
+    c->nrecover = 0;
+    uint64_t gen = c->gen;
+    /* pending:<cid> is filled at the left: the oldest is at the right. */
+    for (size_t i = r->elements; i-- > 0 && gen == c->gen;) {
         redisReply *id = r->element[i];
-        if (id->type == REDIS_REPLY_STRING && !known_locally(c, id->str, id->len))
-            e = adopt_id(c, id->str, id->len);
-    }
-    freeReplyObject(r);
-    return e;
-}
-
-/* Regains the connection, waiting at most until deadline_ms (< 0: no
- * limit of the caller) and at most until reconnect_timeout_ms after the
- * loss. SLUICE_ERR_TIMEOUT when the caller's deadline came first (the next
- * call goes on trying), SLUICE_ERR_IO when the loss outlasted
- * reconnect_timeout_ms. */
-static sluice_err regain(sluice_consumer *c, int64_t deadline_ms)
-{
-    for (;;) {
-        int64_t now = sluicei_now_ms();
-        if (c->lost_at_ms == 0)
-            c->lost_at_ms = now;
-        int64_t give_up = c->reconnect_timeout_ms > 0 ? c->lost_at_ms + c->reconnect_timeout_ms : -1;
-        int64_t d = give_up;
-        if (deadline_ms >= 0 && (d < 0 || deadline_ms < d))
-            d = deadline_ms;
-        sluice_err e = sluicei_conn_reconnect(c->conn, d, NULL);
-        if (e == SLUICE_OK) {
-            e = resync(c);
-            if (e == SLUICE_OK) {
-                c->lost = 0;
-                c->lost_at_ms = 0;
-                return SLUICE_OK;
-            }
-            if (e != SLUICE_ERR_IO)
-                return e;
-        } else if (e != SLUICE_ERR_IO) {
-            set_err(c, "%s", c->conn->errstr);
-            return e;
+        if (id->type != REDIS_REPLY_STRING || known_locally(c, id->str, id->len))
+            continue;
+        if (id->len >= RID_MAX) {
+            send_dead(c, id->str, id->len, "the id is too long to be a batch id");
+            continue;
         }
-        now = sluicei_now_ms();
-        if (give_up >= 0 && now >= give_up) {
-            set_err(c, "connection lost and not regained within %d ms: %s",
-                    c->reconnect_timeout_ms, c->conn->errstr);
-            c->lost_at_ms = 0;   /* a later call starts a new window */
-            return SLUICE_ERR_IO;
+        if (grow((void **)&c->recover, &c->recover_cap, c->nrecover + 1, sizeof *c->recover)) {
+            session_fail(c, "out of memory");
+            return;
         }
-        if (deadline_ms >= 0 && now >= deadline_ms) {
-            set_err(c, "reconnecting: %s", c->conn->errstr);
-            return SLUICE_ERR_TIMEOUT;
-        }
+        copy_id(c->recover[c->nrecover++].s, id->str, id->len);
     }
 }
 
-static void mark_lost(sluice_consumer *c)
+static void confirm_ack(sluice_consumer *c, const char *id)
 {
-    c->lost = 1;
-    if (c->lost_at_ms == 0)
-        c->lost_at_ms = sluicei_now_ms();
+    for (size_t i = 0; i < c->nunconf; i++)
+        if (strcmp(c->unconf[i].s, id) == 0) {
+            memmove(c->unconf + i, c->unconf + i + 1, (c->nunconf - i - 1) * sizeof *c->unconf);
+            c->nunconf--;
+            return;
+        }
 }
 
-/* Fills the empty FIFO, waiting until deadline_ms (< 0: forever). */
-static sluice_err fill(sluice_consumer *c, int64_t deadline_ms)
+static void handle(sluice_consumer *c, req *q, redisReply *r)
 {
-    int oom = 0;
-    for (;;) {
-        sluice_err e;
-        int progress = 0;
-        if (c->lost && (e = regain(c, deadline_ms)) != SLUICE_OK)
-            return e;
-        e = fetch_round(c, &progress);
-        if (e == SLUICE_ERR_IO)
-            mark_lost(c);
-        else if (e != SLUICE_OK)
-            return e;
-        if (c->fifo_len > 0)
-            return SLUICE_OK;
+    switch (q->kind) {
+    case R_SETUP:
+    case R_CLIENT_ID:
+        handle_setup(c, q, r);
+        break;
+    case R_TAKE:
+        handle_take(c, q, r);
+        break;
+    case R_BLMOVE:
+        handle_blmove(c, r);
+        break;
+    case R_CLAIM:
+        handle_claim(c, q, r);
+        break;
+    case R_FRAME:
+        handle_frame(c, q, r);
+        break;
+    case R_JOB:
+        handle_job(c, r);
+        break;
+    case R_RESYNC:
+        handle_resync(c, r);
+        break;
+    case R_ACK:
+        /* 1: done; 0: the lease ran out and the batch went to someone else
+         * (nothing left to do). Only a lost script is worth another try. */
+        if (!is_err(r, "NOSCRIPT"))
+            confirm_ack(c, q->id);
+        script_error(c, "ack", r);
+        break;
+    case R_ACK_QUIET:
+    case R_DEAD:
+        script_error(c, q->kind == R_DEAD ? "dead" : "ack", r);
+        break;
+    case R_REQUEUE:
+        if (!script_error(c, "requeue", r))
+            event_base_loopbreak(c->base);
+        break;
+    case R_BEAT:
+        c->beat_inflight = 0;
+        script_error(c, "beat", r);
+        break;
+    case R_REAP:
+        c->reap_inflight = 0;
+        script_error(c, "reap", r);
+        break;
+    default:
+        break;
+    }
+}
 
-        int64_t left = deadline_ms < 0 ? BLOCK_SLICE_MS : deadline_ms - sluicei_now_ms();
-        /* Ids already ours (to recover, or frames that all proved invalid)
-         * are worked off without waiting, even past the deadline. */
-        if (!c->lost && (progress || c->nrecover))
-            continue;
-        if (left <= 0)
-            return SLUICE_ERR_TIMEOUT;
-        if (c->lost)
-            continue;
-        if (oom) {
-            sleep_ms(left < OOM_POLL_MS ? left : OOM_POLL_MS);
+/* ---- the fetch engine ------------------------------------------------- */
+
+static void start_take(sluice_consumer *c, int room)
+{
+    char n[16], now[24], ep[16];
+    snprintf(n, sizeof n, "%d", room);
+    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    snprintf(ep, sizeof ep, "%" PRIu32, c->loop_epoch);
+    c->items[0].dlv = room;   /* read back by handle_take before it is overwritten */
+    const char *argv[5] = {c->id, n, now, ep, c->rank_s};
+    c->op = OP_TAKE;
+    send_script(c, CONN_DATA, new_req(R_TAKE, -1), 1, SLUICEI_SCRIPT_TAKE, 5, argv);
+}
+
+static void start_blmove(sluice_consumer *c)
+{
+    char src[SLUICE_MAX_KEY], name[48];
+    if (c->rank_s[0])
+        snprintf(name, sizeof name, "ready:%" PRIu32 ":%s", c->loop_epoch, c->rank_s);
+    else
+        snprintf(name, sizeof name, "ready:%" PRIu32, c->loop_epoch);
+    sluicei_key(src, c->queue, name);
+    const char *av[6] = {"BLMOVE", src, c->k_pending, "RIGHT", "LEFT", BLOCK_ARG};
+    c->op = OP_BLMOVE;
+    send_argv(c, CONN_DATA, new_req(R_BLMOVE, -1), 1, 6, av, NULL);
+}
+
+/* Claims and fetches ids found in pending:<cid> that never arrived. */
+static void start_recover(sluice_consumer *c, int room)
+{
+    size_t k = c->nrecover < (size_t)room ? c->nrecover : (size_t)room;
+    char now[24], ep[16];
+    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    c->op = OP_RECOVER;
+    uint64_t gen = c->gen;
+    int n = 0;
+    for (size_t i = 0; i < k && gen == c->gen; i++) {
+        const char *rid = c->recover[i].s;
+        uint32_t me;
+        int marker = is_marker(rid, strlen(rid), &me);
+        snprintf(ep, sizeof ep, "%" PRIu32, marker ? me : c->loop_epoch);
+        if (marker) {
+            /* A marker a lost BLMOVE moved: claim puts it back. */
+            const char *argv[5] = {c->id, rid, now, ep, c->rank_s};
+            send_script(c, CONN_DATA, new_req(R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 5, argv);
             continue;
         }
-        e = block_one(c, left < BLOCK_SLICE_MS ? left : BLOCK_SLICE_MS, &oom);
-        if (e == SLUICE_ERR_IO)
-            mark_lost(c);
-        else if (e != SLUICE_OK)
-            return e;
+        memcpy(c->items[n].rid, rid, RID_MAX);
+        c->items[n].dlv = 1;
+        const char *argv[5] = {c->id, c->items[n].rid, now, ep, c->rank_s};
+        if (send_script(c, CONN_DATA, new_req(R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) == 0)
+            fetch_item(c, n);
+        n++;
     }
+    if (gen != c->gen)
+        return;
+    memmove(c->recover, c->recover + k, (c->nrecover - k) * sizeof *c->recover);
+    c->nrecover -= k;
+}
+
+/* Close, once the data connection is idle: the last acks, then requeue of
+ * everything still held, with the prefetched (never handed out) ids named
+ * so that their delivery does not count. */
+static void close_step(sluice_consumer *c)
+{
+    if (c->requeue_sent || c->state != ST_READY)
+        return;
+    if (c->op != OP_NONE) {
+        if (c->blocking && !c->unblock_sent && c->data_client_id > 0) {
+            char id[24];
+            snprintf(id, sizeof id, "%lld", c->data_client_id);
+            const char *av[3] = {"CLIENT", "UNBLOCK", id};
+            if (send_argv(c, CONN_CTL, new_req(R_UNBLOCK, -1), 0, 3, av, NULL) == 0)
+                c->unblock_sent = 1;
+        }
+        return;
+    }
+    if (c->pend[CONN_CTL] > 0)
+        return;   /* acks in flight must land before requeue */
+    uint64_t gen = c->gen;
+    for (size_t i = 0; i < c->nunconf && gen == c->gen; i++)
+        send_ack(c, CONN_DATA, R_ACK, 0, c->unconf[i].s);
+    if (gen != c->gen)
+        return;
+    pthread_mutex_lock(&c->mu);
+    int n = c->fifo_len;
+    const char **argv = malloc((size_t)(n + 2) * sizeof *argv);
+    char now[24];
+    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    if (argv) {
+        argv[0] = c->id;
+        argv[1] = now;
+        for (int i = 0; i < n; i++)
+            argv[2 + i] = c->fifo[(c->fifo_head + i) % c->prefetch].rid;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!argv) {
+        event_base_loopbreak(c->base);   /* what we hold comes back after the lease */
+        return;
+    }
+    /* The FIFO does not change any more: the loop is the only one filling it. */
+    if (send_script(c, CONN_DATA, new_req(R_REQUEUE, -1), 0, SLUICEI_SCRIPT_REQUEUE, n + 2,
+                    argv) == 0)
+        c->requeue_sent = 1;
+    free(argv);
+}
+
+/* Decides the next step after anything happened: sends released acks,
+ * starts the next epoch when asked to, and starts a data operation when
+ * none runs and the FIFO has room. Returns whether the loop is now parked
+ * (see pump()), or -1 when there is no session. */
+static int pump_once(sluice_consumer *c)
+{
+    if (c->state != ST_READY)
+        return -1;
+    pthread_mutex_lock(&c->mu);
+    size_t first = c->nunconf;
+    if (c->nacks && !grow((void **)&c->unconf, &c->unconf_cap, c->nunconf + c->nacks,
+                          sizeof *c->unconf)) {
+        memcpy(c->unconf + c->nunconf, c->acks, c->nacks * sizeof *c->acks);
+        c->nunconf += c->nacks;
+        c->nacks = 0;
+    }
+    int adv = c->advance_req;
+    c->advance_req = 0;
+    uint32_t ep = c->epoch;
+    int closing = c->closing, finished = c->finished, fatal = c->fatal != SLUICE_OK;
+    int room = c->prefetch - c->fifo_len;
+    if (room <= 0)
+        c->want_room = 1;
+    pthread_mutex_unlock(&c->mu);
+
+    uint64_t gen = c->gen;
+    for (size_t i = first; i < c->nunconf && gen == c->gen; i++)
+        send_ack(c, CONN_CTL, R_ACK, 0, c->unconf[i].s);
+    if (gen != c->gen)
+        return -1;
+    if (adv) {
+        c->loop_epoch = ep;
+        dups_reset(c);
+        c->stopped_at_marker = c->marker_published = 0;
+        c->list_empty = 0;
+    }
+    if (closing) {
+        close_step(c);
+        return 1;
+    }
+    if (c->op == OP_NONE && !fatal && !finished) {
+        if (c->need_resync) {
+            c->need_resync = 0;
+            const char *av[4] = {"LRANGE", c->k_pending, "0", "-1"};
+            c->op = OP_RESYNC;
+            send_argv(c, CONN_DATA, new_req(R_RESYNC, -1), 1, 4, av, NULL);
+        } else if (!c->stopped_at_marker && room > 0) {
+            if (c->nrecover)
+                start_recover(c, room);
+            else if (c->oom_wait)
+                ;   /* on_oom_timer pumps again */
+            else if (c->list_empty)
+                start_blmove(c);
+            else
+                start_take(c, room);
+        }
+    }
+    if (gen != c->gen)
+        return -1;
+    /* Busy with a round trip: it pumps again when done. Idle with a full
+     * FIFO: next() wakes it at the low-water mark. Otherwise (BLMOVE, at
+     * a marker, finished) only a wake-up makes it send acks promptly. */
+    if (c->op != OP_NONE)
+        return c->op == OP_BLMOVE;
+    return room > 0 || c->stopped_at_marker || finished || fatal;
+}
+
+/* pump_once(), then publishes whether the loop is parked: release() wakes
+ * a parked loop for every ack and leaves a busy one alone (it drains the
+ * acks when its round trip ends), so that a trainer's release() costs no
+ * system call while batches flow. */
+static void pump(sluice_consumer *c)
+{
+    for (int round = 0; round < 4; round++) {
+        int parked = pump_once(c);
+        if (parked < 0)
+            return;
+        pthread_mutex_lock(&c->mu);
+        /* An ack released since the drain above would wait for the tick. */
+        int again = parked && c->nacks > 0 && round < 3;
+        if (!again)
+            c->parked = parked;
+        pthread_mutex_unlock(&c->mu);
+        if (!again)
+            return;
+    }
+}
+
+static void on_wake(evutil_socket_t fd, short what, void *arg)
+{
+    sluice_consumer *c = arg;
+    uint64_t v;
+    (void)what;
+    ssize_t n = read(fd, &v, sizeof v);
+    (void)n;
+    pthread_mutex_lock(&c->mu);
+    c->wake_pending = 0;
+    int closing = c->closing, fatal = c->fatal != SLUICE_OK;
+    pthread_mutex_unlock(&c->mu);
+    if (closing && c->close_deadline_ms == 0) {
+        c->close_deadline_ms = sluicei_now_ms() + CLOSE_TIMEOUT_MS;
+        if (c->state != ST_READY && fatal) {
+            event_base_loopbreak(c->base);
+            return;
+        }
+        if (c->state == ST_DOWN) {
+            evtimer_del(c->retry_ev);
+            arm(c->retry_ev, 0);
+        }
+    }
+    pump(c);
+}
+
+static void on_oom_timer(evutil_socket_t fd, short what, void *arg)
+{
+    sluice_consumer *c = arg;
+    (void)fd;
+    (void)what;
+    c->oom_wait = 0;
+    pump(c);
+}
+
+/* Housekeeping: dead-connection watchdog, heartbeat, reaping, close deadline. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    sluice_consumer *c = arg;
+    (void)fd;
+    (void)what;
+    int64_t now = sluicei_now_ms();
+    if (c->close_deadline_ms && now >= c->close_deadline_ms) {
+        event_base_loopbreak(c->base);
+        return;
+    }
+    if (c->state == ST_CONNECTING && now - c->conn_started_ms > c->connect_timeout_ms) {
+        session_fail(c, "redis %s: connect: no answer within %d ms", c->addr,
+                     c->connect_timeout_ms);
+        return;
+    }
+    if (c->state != ST_READY)
+        return;
+    for (int i = 0; i < 2; i++) {
+        int64_t allow = REPLY_SLACK_MS + (i == CONN_DATA && c->blocking ? BLOCK_MS : 0);
+        if (c->pend[i] > 0 && now - c->prog_ms[i] > allow) {
+            session_fail(c, "redis %s: no reply within %" PRId64 " ms", c->addr, allow);
+            return;
+        }
+    }
+    if (now >= c->next_beat_ms && !c->beat_inflight) {
+        c->next_beat_ms = now + (c->lease_ms / 3 > 1 ? c->lease_ms / 3 : 1);
+        send_beat(c);
+    }
+    if (c->state == ST_READY && now >= c->next_reap_ms && !c->reap_inflight) {
+        c->next_reap_ms = now + reap_period(c);
+        send_reap(c);
+    }
+    /* Acks released while the loop was busy, if nothing else sent them. */
+    pump(c);
+}
+
+static void *loop_main(void *arg)
+{
+    sluice_consumer *c = arg;
+    session_start(c);
+    event_base_dispatch(c->base);
+    /* Replies still due belong to no one now. */
+    c->gen++;
+    for (int i = 0; i < 2; i++) {
+        redisAsyncContext *ac = c->ac[i];
+        c->ac[i] = NULL;
+        if (ac)
+            redisAsyncFree(ac);
+    }
+    return NULL;
 }
 
 /* ---- public API ------------------------------------------------------- */
@@ -752,21 +1507,114 @@ static int consumer_id_ok(const char *s)
     return 1;
 }
 
+/* Frees what open() built; the loop thread is not running. */
 static void free_consumer(sluice_consumer *c)
 {
-    while (c->fifo_len > 0)
-        sluice_batch_free(fifo_pop(c));
-    sluicei_conn_close(c->conn);
+    while (c->fifo && c->fifo_len > 0) {
+        sluice_batch_free(c->fifo[c->fifo_head].b);
+        c->fifo_head = (c->fifo_head + 1) % c->prefetch;
+        c->fifo_len--;
+    }
+    if (c->wake_ev)
+        event_free(c->wake_ev);
+    if (c->tick_ev)
+        event_free(c->tick_ev);
+    if (c->retry_ev)
+        event_free(c->retry_ev);
+    if (c->oom_ev)
+        event_free(c->oom_ev);
+    if (c->base)
+        event_base_free(c->base);
+    if (c->wake_fd >= 0)
+        close(c->wake_fd);
+    sluicei_url_free(&c->url);
+    dups_reset(c);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
     free(c->fifo);
     free(c->out);
     free(c->acks);
+    free(c->items);
+    free(c->unconf);
     free(c->recover);
-    free(c->replies);
-    free(c->r_ids);
-    free(c->r_lens);
-    free(c->r_dlv);
-    free(c->r_held);
     free(c);
+}
+
+/* Reads the queue's configuration and the job over a short-lived
+ * synchronous connection, which also proves the address and credentials
+ * and loads the scripts (their SHA1s serve every later session). */
+static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, char *errbuf,
+                             size_t errlen)
+{
+    sluicei_conn *sc = NULL;
+    sluice_err e = sluicei_conn_open(&sc, o->redis_url, o->connect_timeout_ms, 0, errbuf, errlen);
+    if (e != SLUICE_OK)
+        return e;
+    redisReply *m = NULL, *j = NULL;
+    const char *mv[5] = {"HMGET", c->k_meta, "version", "ranks", "lease_ms"};
+    const char *jv[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
+    e = sluicei_conn_commandargv(sc, &m, 5, mv, NULL);
+    if (e == SLUICE_OK)
+        e = sluicei_conn_commandargv(sc, &j, 4, jv, NULL);
+    if (e != SLUICE_OK) {
+        snprintf(errbuf, errlen, "%s", m && m->type == REDIS_REPLY_ERROR ? m->str
+                                       : j && j->type == REDIS_REPLY_ERROR ? j->str
+                                                                           : sc->errstr);
+        goto out;
+    }
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 3 || j->type != REDIS_REPLY_ARRAY ||
+        j->elements != 2) {
+        snprintf(errbuf, errlen, "unexpected reply reading the queue's settings");
+        e = SLUICE_ERR_PROTOCOL;
+        goto out;
+    }
+    if (m->element[0]->type != REDIS_REPLY_STRING) {
+        snprintf(errbuf, errlen, "queue '%s' does not exist (create it with: sluice-ctl create %s)",
+                 c->queue, c->queue);
+        e = SLUICE_ERR_NOQUEUE;
+        goto out;
+    }
+    long long ranks = m->element[1]->type == REDIS_REPLY_STRING
+                          ? strtoll(m->element[1]->str, NULL, 10) : 0;
+    long long lease = m->element[2]->type == REDIS_REPLY_STRING
+                          ? strtoll(m->element[2]->str, NULL, 10) : 0;
+    if (ranks > 0 && o->world == 0) {
+        snprintf(errbuf, errlen,
+                 "queue '%s' is coordinated over %lld ranks: open it with world=%lld and this "
+                 "consumer's rank (sluice-consume --world %lld --rank R)",
+                 c->queue, ranks, ranks, ranks);
+        e = SLUICE_ERR_INVALID;
+        goto out;
+    }
+    if (o->world > 0 && ranks != o->world) {
+        if (ranks == 0)
+            snprintf(errbuf, errlen, "queue '%s' is not coordinated: open it without world/rank "
+                     "(or create it with --consumers %d --coordinated)", c->queue, o->world);
+        else
+            snprintf(errbuf, errlen, "queue '%s' is coordinated over %lld ranks, not world=%d",
+                     c->queue, ranks, o->world);
+        e = SLUICE_ERR_INVALID;
+        goto out;
+    }
+    c->lease_ms = lease > 0 ? lease : LEASE_DEFAULT_MS;
+    if (j->element[0]->type == REDIS_REPLY_STRING) {
+        long long epochs = strtoll(j->element[0]->str, NULL, 10);
+        long long open = j->element[1]->type == REDIS_REPLY_STRING
+                             ? strtoll(j->element[1]->str, NULL, 10) : 0;
+        if (open < 0 || open > UINT32_MAX)
+            open = 0;
+        c->epoch = c->loop_epoch = (uint32_t)open;
+        /* The job ended before this consumer came: nothing to read. */
+        c->finished = epochs > 0 && open >= epochs;
+    }
+    memcpy(c->sha, sc->script_sha, sizeof c->sha);
+out:
+    if (m)
+        freeReplyObject(m);
+    if (j)
+        freeReplyObject(j);
+    sluicei_conn_close(sc);
+    return e;
 }
 
 sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
@@ -804,12 +1652,30 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
                  "consumer id must be 1 to %d characters of A-Z a-z 0-9 _ . - :", MAX_CONSUMER_ID);
         return SLUICE_ERR_INVALID;
     }
+    if (o->world < 0 || o->world > 1000000 || (o->world > 0 && (o->rank < 0 || o->rank >= o->world)) ||
+        (o->world == 0 && o->rank != 0)) {
+        snprintf(errbuf, errlen, "rank %d of world %d: the rank must be 0 to world-1 (world 0: "
+                 "a free consumer, rank 0)", o->rank, o->world);
+        return SLUICE_ERR_INVALID;
+    }
+    if (o->ack_mode != SLUICE_ACK_EXPLICIT && o->ack_mode != SLUICE_ACK_NONE) {
+        snprintf(errbuf, errlen, "ack_mode must be SLUICE_ACK_EXPLICIT or SLUICE_ACK_NONE");
+        return SLUICE_ERR_INVALID;
+    }
 
     sluice_consumer *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(errbuf, errlen, "out of memory");
         return SLUICE_ERR_NOMEM;
     }
+    c->wake_fd = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+
     snprintf(c->queue, sizeof c->queue, "%s", o->queue);
     if (o->consumer_id)
         snprintf(c->id, sizeof c->id, "%s", o->consumer_id);
@@ -817,54 +1683,101 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
         snprintf(c->id, sizeof c->id, "%016" PRIx64, sluicei_random64());
     char name[SLUICE_MAX_KEY];
     sluicei_key(c->k_meta, c->queue, "meta");
-    sluicei_key(c->k_ready, c->queue, "ready:0");
     sluicei_key(c->k_data, c->queue, "data");
-    sluicei_key(c->k_dlv, c->queue, "dlv");
-    sluicei_key(c->k_bytes, c->queue, "bytes");
+    sluicei_key(c->k_job, c->queue, "job");
     snprintf(name, sizeof name, "pending:%s", c->id);
     sluicei_key(c->k_pending, c->queue, name);
+    c->world = o->world;
+    c->rank = o->rank;
+    if (o->world > 0)
+        snprintf(c->rank_s, sizeof c->rank_s, "%d", o->rank);
+    c->ack_mode = o->ack_mode;
     c->max_batch_bytes = o->max_batch_bytes ? o->max_batch_bytes : SLUICE_MAX_BATCH_BYTES_DEFAULT;
     c->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
+    c->low_water = c->prefetch - (c->prefetch / 2 > 1 ? c->prefetch / 2 : 1);
+    c->connect_timeout_ms =
+        o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
     c->reconnect_timeout_ms = o->reconnect_timeout_ms;
+    c->rng = sluicei_random64() | 1;
     c->fifo = calloc((size_t)c->prefetch, sizeof *c->fifo);
-    c->replies = calloc((size_t)c->prefetch, sizeof *c->replies);
-    c->r_ids = calloc((size_t)c->prefetch, sizeof *c->r_ids);
-    c->r_lens = calloc((size_t)c->prefetch, sizeof *c->r_lens);
-    c->r_dlv = calloc((size_t)c->prefetch, sizeof *c->r_dlv);
-    c->r_held = calloc((size_t)c->prefetch, sizeof *c->r_held);
-    if (!c->fifo || !c->replies || !c->r_ids || !c->r_lens || !c->r_dlv || !c->r_held) {
+    c->items = calloc((size_t)c->prefetch, sizeof *c->items);
+    if (!c->fifo || !c->items) {
         snprintf(errbuf, errlen, "out of memory");
         free_consumer(c);
         return SLUICE_ERR_NOMEM;
     }
 
-    e = sluicei_conn_open(&c->conn, o->redis_url, o->connect_timeout_ms, 0, errbuf, errlen);
+    e = sluicei_url_parse(o->redis_url, &c->url, errbuf, errlen);
+    if (e == SLUICE_OK)
+        e = read_setup(c, o, errbuf, errlen);
     if (e != SLUICE_OK) {
         free_consumer(c);
         return e;
     }
-    redisReply *r = NULL;
-    const char *argv[2] = {"EXISTS", c->k_meta};
-    e = sluicei_conn_commandargv(c->conn, &r, 2, argv, NULL);
-    if (e == SLUICE_OK && (r->type != REDIS_REPLY_INTEGER || r->integer != 1)) {
-        snprintf(errbuf, errlen, "queue '%s' does not exist (create it with: sluice-ctl create %s)",
-                 c->queue, c->queue);
-        e = SLUICE_ERR_NOQUEUE;
-    } else if (e != SLUICE_OK) {
-        snprintf(errbuf, errlen, "%s", c->conn->errstr);
-    }
-    if (r)
-        freeReplyObject(r);
-    /* A consumer id that was given may be the one of a process that died
-     * holding batches: pick them up again. */
-    if (e == SLUICE_OK && o->consumer_id && (e = resync(c)) != SLUICE_OK)
-        snprintf(errbuf, errlen, "%s", c->errstr[0] ? c->errstr : c->conn->errstr);
-    if (e != SLUICE_OK) {
+    sluicei_url_describe(&c->url, c->addr, sizeof c->addr);
+
+    c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    c->base = event_base_new();
+    if (c->wake_fd < 0 || !c->base) {
+        snprintf(errbuf, errlen, "setting up the event loop: %s",
+                 c->wake_fd < 0 ? strerror(errno) : "event_base_new failed");
         free_consumer(c);
-        return e;
+        return SLUICE_ERR_SYS;
     }
+    c->wake_ev = event_new(c->base, c->wake_fd, EV_READ | EV_PERSIST, on_wake, c);
+    c->tick_ev = event_new(c->base, -1, EV_PERSIST, on_tick, c);
+    c->retry_ev = evtimer_new(c->base, on_retry, c);
+    c->oom_ev = evtimer_new(c->base, on_oom_timer, c);
+    struct timeval tick = {0, TICK_MS * 1000};
+    if (!c->wake_ev || !c->tick_ev || !c->retry_ev || !c->oom_ev ||
+        event_add(c->wake_ev, NULL) != 0 || event_add(c->tick_ev, &tick) != 0) {
+        snprintf(errbuf, errlen, "setting up the event loop failed");
+        free_consumer(c);
+        return SLUICE_ERR_SYS;
+    }
+
+    /* The loop thread takes no signals: the application's handlers run on
+     * its own threads, and a write to a socket Redis closed gives EPIPE
+     * there instead of killing the process with SIGPIPE. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&c->thread, NULL, loop_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        snprintf(errbuf, errlen, "starting the consumer thread: %s", strerror(rc));
+        free_consumer(c);
+        return SLUICE_ERR_SYS;
+    }
+    c->thread_started = 1;
     *out = c;
     return SLUICE_OK;
+}
+
+/* Moves the head of the FIFO to the caller; mu is held. Sets *wake when
+ * the loop waits for room: once the FIFO is down to its low-water mark, so
+ * that one refill fetches several batches and most calls make no system
+ * call at all. */
+static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
+{
+    slot *s = &c->fifo[c->fifo_head];
+    sluice_batch *b = s->b;
+    if (c->ack_mode == SLUICE_ACK_EXPLICIT)
+        c->out[c->nout++] = *s;
+    c->fifo_head = (c->fifo_head + 1) % c->prefetch;
+    c->fifo_len--;
+    c->st.batches++;
+    c->st.records += b->nrecords;
+    c->st.bytes += b->frame_bytes;
+    if (b->deliveries > 1)
+        c->st.redelivered++;
+    if (b->padding)
+        c->st.padding++;
+    if (c->want_room && c->fifo_len <= c->low_water) {
+        c->want_room = 0;
+        *wake = wake_needed(c);
+    }
+    return b;
 }
 
 sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int timeout_ms)
@@ -875,102 +1788,134 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
     if (!c)
         return SLUICE_ERR_INVALID;
     c->errstr[0] = '\0';
+    int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
+    uint64_t t0 = 0;
+    sluice_err e;
+    int wake = 0;
+    pthread_mutex_lock(&c->mu);
     /* release() must find room in both arrays without allocating. */
     if (grow((void **)&c->out, &c->out_cap, c->nout + 1, sizeof *c->out) ||
         grow((void **)&c->acks, &c->ack_cap, c->nacks + c->nout + 1, sizeof *c->acks)) {
-        set_err(c, "out of memory");
+        pthread_mutex_unlock(&c->mu);
+        snprintf(c->errstr, sizeof c->errstr, "out of memory");
         return SLUICE_ERR_NOMEM;
     }
-    if (c->fifo_len == 0) {
-        uint64_t t0 = mono_us();
-        int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
-        sluice_err e = fill(c, deadline);
-        c->st.blocked_us += mono_us() - t0;
-        if (e != SLUICE_OK)
-            return e;
+    for (;;) {
+        if (c->fifo_len > 0) {
+            *out = pop_batch(c, &wake);
+            e = SLUICE_OK;
+            break;
+        }
+        if (c->finished) {
+            e = SLUICE_EOF;
+            break;
+        }
+        if (c->at_marker) {
+            c->at_marker = 0;
+            c->st.epochs_ended++;
+            c->epoch++;
+            if (c->marker_last)
+                c->finished = 1;
+            c->advance_req = 1;
+            wake = wake_needed(c);
+            e = SLUICE_EOF;
+            break;
+        }
+        if (c->fatal != SLUICE_OK) {
+            snprintf(c->errstr, sizeof c->errstr, "%s", c->fatal_msg);
+            e = c->fatal;
+            break;
+        }
+        int64_t now = sluicei_now_ms(), limit = deadline;
+        if (c->down_since_ms && c->reconnect_timeout_ms > 0) {
+            int64_t give_up = c->down_since_ms + c->reconnect_timeout_ms;
+            if (now >= give_up) {
+                snprintf(c->errstr, sizeof c->errstr,
+                         "connection lost and not regained within %d ms: %.400s",
+                         c->reconnect_timeout_ms, c->down_why);
+                e = SLUICE_ERR_IO;
+                break;
+            }
+            if (limit < 0 || give_up < limit)
+                limit = give_up;
+        }
+        if (deadline >= 0 && now >= deadline) {
+            if (c->down_since_ms)
+                snprintf(c->errstr, sizeof c->errstr, "reconnecting: %.480s", c->down_why);
+            e = SLUICE_ERR_TIMEOUT;
+            break;
+        }
+        if (!t0)
+            t0 = mono_us();
+        if (c->nacks && wake_needed(c)) {
+            /* The acks may be what a producer waits for to push more. */
+            pthread_mutex_unlock(&c->mu);
+            wake_write(c);
+            pthread_mutex_lock(&c->mu);
+            continue;
+        }
+        if (limit < 0) {
+            pthread_cond_wait(&c->cv, &c->mu);
+        } else {
+            struct timespec ts = {(time_t)(limit / 1000), (long)(limit % 1000) * 1000000L};
+            pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        }
     }
-    sluice_batch *b = fifo_pop(c);
-    c->out[c->nout++] = b;
-    c->st.batches++;
-    c->st.records += b->nrecords;
-    c->st.bytes += b->frame_bytes;
-    if (b->deliveries > 1)
-        c->st.redelivered++;
-    *out = b;
-    return SLUICE_OK;
+    if (t0)
+        c->st.blocked_us += mono_us() - t0;
+    if (c->note_seq != c->note_seen) {
+        c->note_seen = c->note_seq;
+        if (!c->errstr[0])
+            snprintf(c->errstr, sizeof c->errstr, "%s", c->note);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (wake)
+        wake_write(c);
+    return e;
 }
 
-/* Runs on the consumer's thread like next() (the consumer is not
- * thread-safe). A batch of a closed consumer was detached by close()
- * (consumer NULL, acked set) and is only freed. */
 void sluice_batch_release(sluice_batch *b)
 {
     if (!b)
         return;
     sluice_consumer *c = b->consumer;
     if (c && !b->acked) {
+        int wake = 0;
+        pthread_mutex_lock(&c->mu);
         for (size_t i = 0; i < c->nout; i++)
-            if (c->out[i] == b) {
+            if (c->out[i].b == b) {
+                memcpy(c->acks[c->nacks++].s, c->out[i].rid, RID_MAX);
                 c->out[i] = c->out[--c->nout];
-                c->acks[c->nacks++] = b->id;
+                if (c->parked || c->nacks >= ACK_WAKE_MAX)
+                    wake = wake_needed(c);
                 break;
             }
+        pthread_mutex_unlock(&c->mu);
+        if (wake)
+            wake_write(c);
         b->acked = 1;
     }
     sluice_batch_free(b);
 }
 
-/* Sends the queued acks and the requeue script in one round trip. */
-static sluice_err hand_back(sluice_consumer *c)
-{
-    sluice_err e = ensure_scripts(c);
-    if (e != SLUICE_OK)
-        return e;
-    size_t na = c->nacks;
-    char now[24];
-    snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000);
-    const char *argv[2] = {c->id, now};
-    if (append_acks(c) != SLUICE_OK ||
-        sluicei_script_append(c->conn, SLUICEI_SCRIPT_REQUEUE, c->queue, 2, argv, NULL) !=
-            SLUICE_OK)
-        return SLUICE_ERR_IO;
-    int again = 0;
-    sluice_err failed = SLUICE_OK;
-    if (read_acks(c, na, &again, &failed) != SLUICE_OK)
-        return SLUICE_ERR_IO;
-    redisReply *r;
-    if (read_one(c, &r) != SLUICE_OK)
-        return SLUICE_ERR_IO;
-    e = is_error(r, "NOSCRIPT") || again ? SLUICE_ERR_PROTOCOL : SLUICE_OK;
-    freeReplyObject(r);
-    if (e != SLUICE_OK) {
-        /* The server lost its scripts: reload and send again (both idempotent). */
-        forget_scripts(c);
-        return SLUICE_ERR_IO;
-    }
-    return SLUICE_OK;
-}
-
-/* Batches the caller still holds are detached: they stay valid memory, and
- * their release() only frees them (they are handed back to the queue here,
- * so acknowledging them later would be wrong). */
 void sluice_consumer_close(sluice_consumer *c)
 {
     if (!c)
         return;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if ((c->lost || !c->conn->ctx) &&
-            sluicei_conn_reconnect(c->conn, sluicei_now_ms() + CLOSE_RECONNECT_MS, NULL) !=
-                SLUICE_OK)
-            break;   /* what we hold stays in pending:<cid>, not lost */
-        c->lost = 0;
-        if (hand_back(c) != SLUICE_ERR_IO)
-            break;
-        c->lost = 1;
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->mu);
+        c->closing = 1;
+        int wake = wake_needed(c);
+        pthread_mutex_unlock(&c->mu);
+        if (wake)
+            wake_write(c);
+        pthread_join(c->thread, NULL);
     }
+    /* Handed back by requeue (or, if Redis was out of reach, by the next
+     * reap): acknowledging them later would be wrong. */
     for (size_t i = 0; i < c->nout; i++) {
-        c->out[i]->consumer = NULL;
-        c->out[i]->acked = 1;
+        c->out[i].b->consumer = NULL;
+        c->out[i].b->acked = 1;
     }
     free_consumer(c);
 }
@@ -979,8 +1924,32 @@ void sluice_consumer_stats_get(const sluice_consumer *c, sluice_consumer_stats *
 {
     if (!c || !st)
         return;
+    sluice_consumer *m = (sluice_consumer *)c;   /* the mutex is not part of the value */
+    pthread_mutex_lock(&m->mu);
     *st = c->st;
-    st->reconnects = c->conn ? c->conn->reconnects : 0;
+    pthread_mutex_unlock(&m->mu);
+}
+
+uint32_t sluice_consumer_epoch(const sluice_consumer *c)
+{
+    if (!c)
+        return 0;
+    sluice_consumer *m = (sluice_consumer *)c;
+    pthread_mutex_lock(&m->mu);
+    uint32_t e = c->epoch;
+    pthread_mutex_unlock(&m->mu);
+    return e;
+}
+
+int sluice_consumer_finished(const sluice_consumer *c)
+{
+    if (!c)
+        return 0;
+    sluice_consumer *m = (sluice_consumer *)c;
+    pthread_mutex_lock(&m->mu);
+    int f = c->finished;
+    pthread_mutex_unlock(&m->mu);
+    return f;
 }
 
 const char *sluice_consumer_errstr(const sluice_consumer *c)

@@ -1,12 +1,23 @@
-/* sluice-producer: reads record files and pushes them, in batches, into a
- * sluice queue. Built on the producer API (producer.h) and the readers
- * (reader.h); this file is only flags, signals, batching and reporting.
+/* sluice-producer: reads records and pushes them, in batches, into a sluice
+ * queue. Built on the producer API (producer.h), the readers (reader.h) and
+ * the transform host (transform.h); this file is only flags, signals, the
+ * task loop, batching and reporting.
  *
- * Batches never span files: the last batch of each file may be short. */
+ * Two modes:
+ *   files given:    the files, in order, as epoch 0 of an ad-hoc task;
+ *                   batches never span files (a file's last batch may be
+ *                   short).
+ *   no files given: job mode. Claims the tasks of the queue's job (sluice-ctl
+ *                   submit) one after another under a lease, produces each
+ *                   (reader, paths and record range from the manifest,
+ *                   batch size from the job; a task's last batch may be
+ *                   short), and exits when the job is finished (--follow:
+ *                   waits for the next job). */
 #include <sluice/producer.h>
 
 #include "checksum.h"
 #include "reader.h"
+#include "transform.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -22,6 +33,14 @@
 #define DEFAULT_URL "redis://127.0.0.1:6379"
 #define MAX_BATCH_SIZE 1000000
 #define MAX_INFLIGHT 1024
+#define LEASE_MS_DEFAULT 10000
+#define LEASE_MS_MIN 100
+#define LEASE_MS_MAX 86400000
+/* While reading between pushes takes this long, flush to keep the task's
+ * lease and the heartbeat going (the API does both inside a flush). */
+#define KEEPALIVE_MS 1000
+/* --follow: pause between claims while the queue has no job to work on. */
+#define FOLLOW_POLL_MS 1000
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -29,8 +48,12 @@
 static volatile sig_atomic_t stop_flag;
 static volatile sig_atomic_t stop_signal;
 
+/* First signal: stop at the next record and shut down cleanly. Second:
+ * leave at once (the task, if any, is then left to the lease reaper). */
 static void on_signal(int sig)
 {
+    if (stop_flag)
+        _exit(128 + sig);
     stop_signal = sig;
     stop_flag = 1;
 }
@@ -38,47 +61,98 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: " PROG " --queue Q --batch-size N [options] FILE...\n"
+            "usage: " PROG " --queue Q --batch-size N [options] FILE...     (files mode)\n"
+            "       " PROG " --queue Q [options]                            (job mode)\n"
             "\n"
-            "Reads every FILE in order, groups its records into batches of N records\n"
-            "(a file's last batch may be shorter; a batch never spans two files) and\n"
-            "pushes them into queue Q, waiting while the queue is at its budget.\n"
+            "Files mode: reads every FILE in order, groups its records into batches of N\n"
+            "records (a file's last batch may be shorter; a batch never spans two files)\n"
+            "and pushes them into queue Q, waiting while the queue is at its budget.\n"
+            "\n"
+            "Job mode (no FILE): works on the job submitted to Q (sluice-ctl submit). It\n"
+            "claims a task (one manifest shard of one epoch) under a lease, reads the\n"
+            "task's records with the manifest's reader, pushes them in batches of the\n"
+            "job's batch size (a task's last batch may be shorter), marks the task done\n"
+            "and claims the next, until the job is finished. Any number of producers may\n"
+            "work on one job and may be started and stopped at any time: a producer that\n"
+            "dies loses its task to another once its lease expires, and batch ids\n"
+            "(epoch, task, seq) are deterministic, so the redone task adds no duplicate.\n"
+            "A task whose reader or --exec command fails is retried (by any producer) up\n"
+            "to the job's --max-attempts, then recorded as failed (sluice-ctl info).\n"
             "\n"
             "  --redis URL        redis://[user[:password]@]host[:port][/db] or\n"
             "                     unix:///path/to/redis.sock[?db=N]; default: $SLUICE_REDIS_URL,\n"
             "                     else " DEFAULT_URL ". A password may come from\n"
             "                     $SLUICE_REDIS_PASSWORD instead of the URL.\n"
             "  --queue Q          the queue to push into (create it with: sluice-ctl create Q)\n"
-            "  --format F         input format (default tfrecord):\n");
+            "  --format F         files mode: input format (default tfrecord):\n");
     const sluicei_reader_format *fmt;
     for (size_t i = 0; (fmt = sluicei_reader_format_at(i)) != NULL; i++)
         fprintf(f, "                       %-9s %s\n", fmt->name, fmt->summary);
     fprintf(f,
-            "  --batch-size N     records per batch, 1..%d\n"
+            "                     (job mode: the manifest names the reader of each shard)\n"
+            "  --batch-size N     files mode: records per batch, 1..%d (job mode: the\n"
+            "                     job's batch size, set by sluice-ctl submit)\n"
+            "  --exec 'CMD'       read records from the stdout of a command instead of a\n"
+            "                     reader: /bin/sh -c CMD, run once per file (files mode) or\n"
+            "                     per task (job mode), with {path} replaced by the paths\n"
+            "                     (shell-quoted), {start} and {end} by the record range\n"
+            "                     ({end} empty: to the end); the command applies the range.\n"
+            "                     A non-zero exit fails the file or task, with the tail of\n"
+            "                     its stderr as the error.\n"
+            "  --exec-format F    what CMD writes: records (default: each record a 4-byte\n"
+            "                     little-endian length, then its bytes) or msgpack (whole\n"
+            "                     batch frames, docs/PROTOCOL.md; their rows are rebatched)\n"
+            "  --transform LIB[:ARG]\n"
+            "                     pass every batch through a C plugin (sluice/transform.h)\n"
+            "                     loaded from LIB (give a path with a '/', e.g. ./libx.so);\n"
+            "                     ARG goes to its init. A plugin error fails the task.\n"
+            "  --lease-ms MS      job mode: a task's lease, %d..%d (default %d). The\n"
+            "                     producer renews it every MS/3, also while it waits for\n"
+            "                     room; a producer that stops renewing (killed) loses the\n"
+            "                     task to another producer once MS have passed.\n"
+            "  --follow           job mode: when the job is finished (or there is none),\n"
+            "                     wait for the next one instead of exiting\n"
+            "  --id ID            producer id shown by sluice-ctl info (default:\n"
+            "                     <hostname>-<pid>-<random>)\n"
             "  --inflight K       pushes pipelined before waiting for replies, 1..%d\n"
             "                     (default 4)\n"
             "  --summary          at the end print one line to stdout:\n"
             "                     records=R batches=B bytes=N checksum=<16 hex digits>\n"
-            "                     (bytes: record payload bytes; checksum: sum mod 2^64 of the\n"
-            "                     FNV-1a 64 hash of every record pushed)\n"
-            "  --quiet            no progress and no final report on stderr\n"
+            "                     (job mode adds tasks=T: the tasks this producer completed;\n"
+            "                     the totals count those tasks only. bytes: payload bytes\n"
+            "                     pushed; checksum: sum mod 2^64 of the FNV-1a 64 hash of\n"
+            "                     every record pushed, or of every tensor's data buffer)\n"
+            "  --quiet            no progress, no per-task lines, no final report on stderr\n"
             "  --help             this text\n"
             "\n"
-            "A corrupt or truncated file stops the run: the batches before the damage\n"
-            "stay pushed, the partly filled batch is not, and the error names the file\n"
-            "and byte offset. A lost Redis connection is regained and nothing is lost.\n"
-            "On SIGINT or SIGTERM the producer stops reading, waits for the pushes in\n"
-            "flight (not for room in a full queue) and exits 130 (SIGINT) or 143\n"
-            "(SIGTERM), or 0 if all input had been pushed already.\n"
+            "Files mode: a corrupt or truncated file stops the run: the batches before the\n"
+            "damage stay pushed, the partly filled batch is not, and the error names the\n"
+            "file and byte offset. Job mode: it fails the task instead, and the producer\n"
+            "goes on with the next one. A lost Redis connection is regained and nothing is\n"
+            "lost.\n"
             "\n"
-            "Exit status: 0 success, 1 runtime error, 2 usage error, 130/143 interrupted.\n"
+            "Signals: on SIGINT or SIGTERM the producer stops reading and waits for the\n"
+            "pushes in flight (not for room in a full queue). Files mode: exits 130\n"
+            "(SIGINT) or 143 (SIGTERM), or 0 if all input had been pushed already. Job\n"
+            "mode: hands its task back untried (another producer does it; the attempt is\n"
+            "not counted) and exits 0. A second signal exits at once (128 + signal).\n"
             "\n"
-            "example:\n"
-            "  sluice-ctl create train\n"
+            "Exit status: 0 success (job mode: the job is finished or the queue has none,\n"
+            "or a clean shutdown on a signal), 1 runtime error, 2 usage error, 130/143\n"
+            "interrupted (files mode).\n"
+            "\n"
+            "examples:\n"
+            "  sluice-ctl create train --max-batches 64 --max-bytes 256M\n"
             "  " PROG " --redis redis://127.0.0.1:6379 --queue train --format tfrecord \\\n"
-            "      --batch-size 64 --summary data/train-*.tfrecord\n",
-            MAX_BATCH_SIZE, MAX_INFLIGHT);
+            "      --batch-size 64 --summary data/train-*.tfrecord\n"
+            "\n"
+            "  sluice-ctl submit train --manifest train.manifest --epochs 10 --batch-size 64\n"
+            "  " PROG " --queue train &    # as many as it takes, on any host\n"
+            "  " PROG " --queue train --exec 'python3 decode.py {path} {start} {end}'\n",
+            MAX_BATCH_SIZE, LEASE_MS_MIN, LEASE_MS_MAX, LEASE_MS_DEFAULT, MAX_INFLIGHT);
 }
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static int usage_error(const char *fmt, ...)
 {
@@ -122,16 +196,28 @@ typedef struct batch {
     size_t *end;            /* end[i]: end offset of record i in data */
     sluice_record *recs;
     size_t n, max;
-    uint64_t sum;           /* checksum of these records */
+    /* Tensor formats: the rows' columns gathered, one buffer per column. */
+    unsigned char *col[SLUICEI_READER_MAX_COLUMNS];
+    size_t colcap[SLUICEI_READER_MAX_COLUMNS];
 } batch;
 
-static int batch_init(batch *b, size_t max)
+/* Sets the batch size (buffers grow as needed). Returns 0, or -1 when
+ * out of memory. */
+static int batch_resize(batch *b, size_t max)
 {
-    memset(b, 0, sizeof *b);
+    if (max > b->max) {
+        size_t *ne = realloc(b->end, max * sizeof *ne);
+        if (ne)
+            b->end = ne;
+        sluice_record *nr = realloc(b->recs, max * sizeof *nr);
+        if (nr)
+            b->recs = nr;
+        if (!ne || !nr)
+            return -1;
+    }
     b->max = max;
-    b->end = malloc(max * sizeof *b->end);
-    b->recs = malloc(max * sizeof *b->recs);
-    return b->end && b->recs ? 0 : -1;
+    b->n = b->len = 0;
+    return 0;
 }
 
 static void batch_free(batch *b)
@@ -139,6 +225,8 @@ static void batch_free(batch *b)
     free(b->data);
     free(b->end);
     free(b->recs);
+    for (int i = 0; i < SLUICEI_READER_MAX_COLUMNS; i++)
+        free(b->col[i]);
 }
 
 static int batch_add(batch *b, const sluice_record *r)
@@ -160,124 +248,485 @@ static int batch_add(batch *b, const sluice_record *r)
         memcpy(b->data + b->len, r->data, r->len);
     b->len += r->len;
     b->end[b->n++] = b->len;
-    b->sum += sluicei_record_hash(r->data, r->len);
     return 0;
 }
 
 /* ---- run state ------------------------------------------------------- */
 
+typedef struct config {
+    const char *url, *queue, *format, *exec_cmd, *transform, *producer_id;
+    sluicei_exec_mode exec_mode;
+    long batch_size, inflight, lease_ms;
+    int summary, quiet, follow;
+    char **files;
+    int nfiles;
+} config;
+
+/* What was pushed: of a file, of a task, of the whole run. */
+typedef struct counts {
+    uint64_t batches, records, bytes, sum;
+} counts;
+
+static void counts_add(counts *to, const counts *c)
+{
+    to->batches += c->batches;
+    to->records += c->records;
+    to->bytes += c->bytes;
+    to->sum += c->sum;
+}
+
 typedef struct run {
+    const config *cf;
     sluice_producer *p;
-    int quiet, tty;
+    sluicei_transform *tf;
+    int tty;
     double t0, last_progress;
-    uint64_t batches, records, bytes, sum;   /* handed to the producer */
+    double last_push;          /* for the lease keepalive */
+    counts total;              /* files mode: everything; job mode: tasks completed */
+    counts live;               /* pushed so far, for the progress line */
+    uint64_t tasks_done, tasks_failed, tasks_lost;
+    sluice_err push_err;       /* the code of the last failed push or flush */
     int progress_shown;
+    char err[1024];            /* the last reader or transform error */
 } run;
 
 static void progress(run *r, int force)
 {
     double now = mono_s();
-    if (r->quiet || !r->tty || (!force && now - r->last_progress < 1.0))
+    if (r->cf->quiet || !r->tty || (!force && now - r->last_progress < 1.0))
         return;
     r->last_progress = now;
     double el = now - r->t0;
     fprintf(stderr, "\r%" PRIu64 " batches, %" PRIu64 " records, %.1f MB, %.1f MB/s\033[K",
-            r->batches, r->records, (double)r->bytes / 1e6,
-            el > 0 ? (double)r->bytes / 1e6 / el : 0.0);
+            r->live.batches, r->live.records, (double)r->live.bytes / 1e6,
+            el > 0 ? (double)r->live.bytes / 1e6 / el : 0.0);
     r->progress_shown = 1;
 }
 
-static sluice_err push_batch(run *r, batch *b)
+/* A line on stderr that must not mix with the \r progress line. */
+static void say(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void say(run *r, const char *fmt, ...)
 {
-    if (b->n == 0)
-        return SLUICE_OK;
+    va_list ap;
+    if (r->progress_shown) {
+        fputs("\r\033[K", stderr);
+        r->progress_shown = 0;
+    }
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+enum outcome {
+    OUT_DONE,         /* the input ended and every batch was handed over */
+    OUT_STOPPED,      /* a signal: the partly filled batch was dropped */
+    OUT_INPUT_ERROR,  /* reader, command or transform failed: r->err */
+    OUT_PUSH_ERROR,   /* the producer refused: sluice_producer_errstr() */
+};
+
+/* Gathers the packed rows of b into one tensor per column. */
+static enum outcome rows_to_tensors(run *r, batch *b, const sluicei_column *cols, size_t ncols,
+                                    sluice_tensor *t)
+{
+    size_t row = 0;
+    for (size_t c = 0; c < ncols; c++)
+        row += cols[c].row_bytes;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->recs[i].len != row) {
+            snprintf(r->err, sizeof r->err, "row of %zu bytes, expected %zu", b->recs[i].len,
+                     row);
+            return OUT_INPUT_ERROR;
+        }
+    size_t off = 0;
+    for (size_t c = 0; c < ncols; c++) {
+        size_t need = b->n * cols[c].row_bytes;
+        if (need > b->colcap[c]) {
+            unsigned char *nc = realloc(b->col[c], need);
+            if (!nc) {
+                snprintf(r->err, sizeof r->err, "out of memory for a batch");
+                return OUT_INPUT_ERROR;
+            }
+            b->col[c] = nc;
+            b->colcap[c] = need;
+        }
+        for (size_t i = 0; i < b->n; i++)
+            memcpy(b->col[c] + i * cols[c].row_bytes,
+                   (const unsigned char *)b->recs[i].data + off, cols[c].row_bytes);
+        off += cols[c].row_bytes;
+        memset(&t[c], 0, sizeof t[c]);
+        t[c].name = cols[c].name;
+        t[c].dtype = cols[c].dtype;
+        t[c].ndim = cols[c].ndim + 1;
+        t[c].shape[0] = b->n;
+        for (int d = 0; d < cols[c].ndim; d++)
+            t[c].shape[d + 1] = cols[c].shape[d];
+        t[c].data = b->col[c];
+        t[c].nbytes = need;
+    }
+    return OUT_DONE;
+}
+
+/* Pushes batch b (n >= 1 records or rows), through the transform when
+ * there is one, and empties it. */
+static enum outcome emit(run *r, batch *b, const sluicei_column *cols, size_t ncols,
+                         counts *c)
+{
     size_t start = 0;
     for (size_t i = 0; i < b->n; i++) {
         b->recs[i].data = b->data + start;
         b->recs[i].len = b->end[i] - start;
         start = b->end[i];
     }
-    sluice_err e = sluice_producer_push_records(r->p, b->recs, b->n);
-    if (e == SLUICE_OK) {
-        r->batches++;
-        r->records += b->n;
-        r->bytes += b->len;
-        r->sum += b->sum;
-        progress(r, 0);
-    }
-    b->n = 0;
-    b->len = 0;
-    b->sum = 0;
-    return e;
-}
+    const sluice_record *recs = b->recs;
+    size_t nrec = b->n;
+    const sluice_tensor *tens = NULL;
+    size_t nt = 0;
+    uint64_t rows = b->n;
+    sluice_tensor gathered[SLUICEI_READER_MAX_COLUMNS];
+    enum outcome o = OUT_DONE;
 
-/* Pushes every record of path. Returns 0, or 1 after printing the error
- * (a failed push is reported by the caller through errstr). *push_failed
- * tells which. */
-static int push_file(run *r, batch *b, const char *format, const char *path, int *push_failed)
-{
-    sluicei_reader *rd;
-    sluice_record rec;
-    char err[1024];
-    sluice_err e = sluicei_reader_open(&rd, format, path, err, sizeof err);
-    *push_failed = 0;
+    if (r->tf) {
+        sluicei_transform_result res;
+        if (sluicei_transform_apply(r->tf, b->recs, b->n, &res, r->err, sizeof r->err) !=
+            SLUICE_OK)
+            o = OUT_INPUT_ERROR;
+        recs = res.records;
+        nrec = res.nrecords;
+        tens = res.tensors;
+        nt = res.ntensors;
+        rows = nt ? res.rows : nrec;
+    } else if (ncols > 0) {
+        o = rows_to_tensors(r, b, cols, ncols, gathered);
+        tens = gathered;
+        nt = ncols;
+        nrec = 0;
+    }
+    b->n = b->len = 0;
+    if (o != OUT_DONE)
+        return o;
+    if (nrec == 0 && nt == 0)
+        return OUT_DONE;   /* the transform dropped the batch */
+
+    sluice_err e = nt ? sluice_producer_push_tensors(r->p, rows, tens, nt)
+                      : sluice_producer_push_records(r->p, recs, nrec);
     if (e != SLUICE_OK) {
-        fprintf(stderr, PROG ": %s\n", err);
-        return 1;
+        r->push_err = e;
+        return OUT_PUSH_ERROR;
     }
-    while (!stop_flag && (e = sluicei_reader_next(rd, &rec, err, sizeof err)) == SLUICE_OK) {
-        if (batch_add(b, &rec) != 0) {
-            snprintf(err, sizeof err, "%s: out of memory for a batch", path);
-            e = SLUICE_ERR_NOMEM;
-            break;
-        }
-        if (b->n == b->max && (e = push_batch(r, b)) != SLUICE_OK) {
-            *push_failed = 1;
-            break;
-        }
+    counts one = {1, rows, 0, 0};
+    for (size_t i = 0; i < nrec; i++) {
+        one.bytes += recs[i].len;
+        one.sum += sluicei_record_hash(recs[i].data, recs[i].len);
     }
-    sluicei_reader_close(rd);
-    if (stop_flag && !*push_failed && e == SLUICE_OK) {
-        /* Interrupted: the partly filled batch is not pushed. */
-        b->n = b->len = 0;
-        b->sum = 0;
-        return 0;
+    for (size_t i = 0; i < nt; i++) {
+        one.bytes += tens[i].nbytes;
+        one.sum += sluicei_record_hash(tens[i].data, tens[i].nbytes);
     }
-    if (e == SLUICE_EOF) {
-        if (push_batch(r, b) == SLUICE_OK)
-            return 0;
-        *push_failed = 1;
-        return 1;
-    }
-    if (!*push_failed) {
-        /* Corrupt input: what was pushed stays pushed (the caller flushes
-         * before reporting); the partial batch is dropped. */
-        b->n = b->len = 0;
-        b->sum = 0;
-        fprintf(stderr, PROG ": %s\n", err);
-    }
-    return 1;
+    counts_add(c, &one);
+    counts_add(&r->live, &one);
+    r->last_push = mono_s();
+    progress(r, 0);
+    return OUT_DONE;
 }
 
-int main(int argc, char **argv)
+/* Reads rd to its end in batches of b->max and pushes them; *c counts
+ * what was handed over. *nread counts the records read. */
+static enum outcome produce(run *r, batch *b, sluicei_reader *rd, counts *c, uint64_t *nread)
 {
-    const char *url = getenv("SLUICE_REDIS_URL");
-    const char *queue = NULL, *format = "tfrecord";
-    long batch_size = 0, inflight = 0;
-    int summary = 0, quiet = 0, nfiles = 0;
-    char **files = calloc((size_t)argc, sizeof *files);
-    if (!files) {
-        fprintf(stderr, PROG ": out of memory\n");
+    size_t ncols = 0;
+    const sluicei_column *cols = sluicei_reader_columns(rd, &ncols);
+    sluice_record rec;
+    sluice_err e;
+    r->last_push = mono_s();
+    b->n = b->len = 0;
+    for (;;) {
+        if (stop_flag) {
+            b->n = b->len = 0;   /* a partly filled batch is not pushed */
+            return OUT_STOPPED;
+        }
+        e = sluicei_reader_next(rd, &rec, r->err, sizeof r->err);
+        if (e == SLUICE_EOF)
+            return b->n ? emit(r, b, cols, ncols, c) : OUT_DONE;
+        if (e != SLUICE_OK) {
+            b->n = b->len = 0;
+            return OUT_INPUT_ERROR;
+        }
+        (*nread)++;
+        if (batch_add(b, &rec) != 0) {
+            snprintf(r->err, sizeof r->err, "out of memory for a batch");
+            b->n = b->len = 0;
+            return OUT_INPUT_ERROR;
+        }
+        if (b->n == b->max) {
+            enum outcome o = emit(r, b, cols, ncols, c);
+            if (o != OUT_DONE)
+                return o;
+        } else if (mono_s() - r->last_push >= KEEPALIVE_MS / 1000.0) {
+            /* Slow input: keep the task's lease and the heartbeat. */
+            sluice_err e = sluice_producer_flush(r->p);
+            if (e != SLUICE_OK) {
+                r->push_err = e;
+                return OUT_PUSH_ERROR;
+            }
+            r->last_push = mono_s();
+        }
+    }
+}
+
+static sluice_err open_input(run *r, sluicei_reader **rd, const char *format,
+                             const char *const *paths, size_t npaths, uint64_t start,
+                             uint64_t end)
+{
+    if (r->cf->exec_cmd)
+        return sluicei_exec_open(rd, r->cf->exec_cmd, paths, npaths, start, end,
+                                 r->cf->exec_mode, r->err, sizeof r->err);
+    return sluicei_reader_open(rd, format, paths, npaths, start, end, r->err, sizeof r->err);
+}
+
+/* ---- files mode ---------------------------------------------------------- */
+
+static int run_files(run *r, batch *b)
+{
+    const config *cf = r->cf;
+    size_t group = 1;
+    if (!cf->exec_cmd) {
+        const sluicei_reader_format *fmt;
+        if (sluicei_reader_check(cf->format, (size_t)cf->nfiles, &fmt, r->err, sizeof r->err) ==
+            SLUICE_OK)
+            group = fmt->group;
+    }
+    int failed = 0, push_failed = 0;
+    size_t done_groups = 0, ngroups = (size_t)cf->nfiles / group;
+    enum outcome o = OUT_DONE;
+    for (size_t g = 0; g < ngroups && !stop_flag; g++) {
+        const char *const *paths = (const char *const *)cf->files + g * group;
+        sluicei_reader *rd;
+        uint64_t nread = 0;
+        if (open_input(r, &rd, cf->format, paths, group, 0, UINT64_MAX) != SLUICE_OK) {
+            say(r, PROG ": %s\n", r->err);
+            failed = 1;
+            break;
+        }
+        o = produce(r, b, rd, &r->total, &nread);
+        sluicei_reader_close(rd);
+        if (o == OUT_DONE) {
+            done_groups++;
+            continue;
+        }
+        if (o == OUT_INPUT_ERROR) {
+            say(r, PROG ": %s\n", r->err);
+            failed = 1;
+        } else if (o == OUT_PUSH_ERROR) {
+            push_failed = 1;
+        }
+        break;
+    }
+    /* Everything handed over must be stored before we report; after a
+     * failed push the producer has already given up on what it held. */
+    int flushed = 0;
+    if (!push_failed) {
+        flushed = sluice_producer_flush(r->p) == SLUICE_OK;
+        push_failed = !flushed;
+    }
+    if (push_failed)
+        say(r, PROG ": %s\n", sluice_producer_errstr(r->p));
+    int interrupted = stop_flag && (done_groups < ngroups || !flushed);
+    if (interrupted)
+        say(r, PROG ": interrupted by %s: %zu of %d files pushed completely\n",
+            stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", done_groups * group, cf->nfiles);
+    if (cf->summary && flushed)
+        printf("records=%" PRIu64 " batches=%" PRIu64 " bytes=%" PRIu64 " checksum=%016" PRIx64
+               "\n", r->total.records, r->total.batches, r->total.bytes, r->total.sum);
+    if (interrupted)
+        return 128 + (stop_signal ? stop_signal : SIGINT);
+    return failed || push_failed ? EXIT_RUNTIME : 0;
+}
+
+/* ---- job mode ------------------------------------------------------------ */
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s && s[1] ? s + 1 : p;
+}
+
+/* "tfrecord shard-7.tfrecord records 0:5000" for progress and errors. */
+static void describe_task(const sluice_task *t, uint64_t nread, int exec, char *out, size_t n)
+{
+    int k = snprintf(out, n, "%s %s", exec ? "exec" : t->reader, base_name(t->paths[0]));
+    if (t->npaths > 1 && k > 0 && (size_t)k < n)
+        k += snprintf(out + k, n - (size_t)k, " +%zu more", t->npaths - 1);
+    if (k > 0 && (size_t)k < n)
+        snprintf(out + k, n - (size_t)k, " records %" PRIu64 ":%" PRIu64, t->start,
+                 t->start + nread);
+}
+
+/* The API reports a task lease lost to a reaper as SLUICE_ERR_IO with an
+ * errstr starting "lease lost" (producer.h). */
+static int lease_lost(sluice_producer *p)
+{
+    return strncmp(sluice_producer_errstr(p), "lease lost", 10) == 0;
+}
+
+/* Push errors after which this producer cannot go on with any task. */
+static int fatal_push_error(sluice_producer *p, sluice_err e)
+{
+    return e == SLUICE_ERR_NOQUEUE || e == SLUICE_ERR_AUTH ||
+           (e == SLUICE_ERR_IO && !lease_lost(p));
+}
+
+/* Produces one claimed task and finishes it (done, failed, handed back).
+ * Returns 0 to go on, EXIT_RUNTIME when the producer cannot go on, or -1
+ * after a signal. */
+static int run_task(run *r, batch *b, sluice_task *t)
+{
+    char what[512], key[64];
+    double t0 = mono_s();
+    counts c = {0};
+    uint64_t nread = 0;
+    snprintf(key, sizeof key, "%" PRIu32 ":%" PRIu64, t->epoch, t->shard);
+    if (batch_resize(b, t->batch_size) != 0) {
+        snprintf(r->err, sizeof r->err, "out of memory for batches of %" PRIu32 " records",
+                 t->batch_size);
+        sluice_producer_task_release(r->p, t);
+        say(r, PROG ": task %s: %s\n", key, r->err);
         return EXIT_RUNTIME;
     }
-    if (!url || !*url)
-        url = DEFAULT_URL;
+    sluicei_reader *rd = NULL;
+    enum outcome o = OUT_INPUT_ERROR;
+    if (open_input(r, &rd, t->reader, t->paths, t->npaths, t->start, t->end) == SLUICE_OK) {
+        o = produce(r, b, rd, &c, &nread);
+        sluicei_reader_close(rd);   /* kills an --exec command still running */
+    }
+    describe_task(t, nread, r->cf->exec_cmd != NULL, what, sizeof what);
 
-    int only_files = 0;
+    sluice_err e;
+    switch (o) {
+    case OUT_DONE:
+        e = sluice_producer_task_done(r->p, t);
+        if (e == SLUICE_OK) {
+            r->tasks_done++;
+            counts_add(&r->total, &c);
+            if (!r->cf->quiet)
+                say(r, "task %s (%s) done: %" PRIu64 " batches in %.1f s\n", key, what,
+                    c.batches, mono_s() - t0);
+            return 0;
+        }
+        if (lease_lost(r->p)) {
+            r->tasks_lost++;
+            if (!r->cf->quiet)
+                say(r, "task %s (%s): %s\n", key, what, sluice_producer_errstr(r->p));
+            return 0;
+        }
+        say(r, PROG ": task %s (%s): %s\n", key, what, sluice_producer_errstr(r->p));
+        return fatal_push_error(r->p, e) ? EXIT_RUNTIME : 0;
+    case OUT_STOPPED:
+        e = sluice_producer_task_release(r->p, t);
+        if (!r->cf->quiet)
+            say(r, "task %s (%s): %s\n", key, what,
+                e == SLUICE_OK ? "handed back (shutting down)" : sluice_producer_errstr(r->p));
+        return -1;
+    case OUT_INPUT_ERROR:
+        e = sluice_producer_task_fail(r->p, t, r->err);
+        if (e == SLUICE_OK)
+            r->tasks_failed++;
+        say(r, PROG ": task %s (%s) attempt %d failed: %s\n", key, what, t->attempt, r->err);
+        return e == SLUICE_OK || lease_lost(r->p) ? 0 : EXIT_RUNTIME;
+    case OUT_PUSH_ERROR:
+        break;
+    }
+    /* A push failed (r->push_err). */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", sluice_producer_errstr(r->p));
+    if (stop_flag) {
+        sluice_producer_task_release(r->p, t);
+        return -1;
+    }
+    if (lease_lost(r->p)) {
+        sluice_producer_task_release(r->p, t);   /* only frees it: it is not ours */
+        r->tasks_lost++;
+        if (!r->cf->quiet)
+            say(r, "task %s (%s): %s\n", key, what, why);
+        return 0;
+    }
+    int fatal = fatal_push_error(r->p, r->push_err);
+    if (fatal)
+        sluice_producer_task_release(r->p, t);
+    else if (sluice_producer_task_fail(r->p, t, why) == SLUICE_OK)
+        r->tasks_failed++;
+    say(r, PROG ": task %s (%s): %s\n", key, what, why);
+    return fatal ? EXIT_RUNTIME : 0;
+}
+
+/* Sleeps up to ms, waking early on a signal. */
+static void nap(int ms)
+{
+    for (int i = 0; i < ms / 50 && !stop_flag; i++) {
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int run_job(run *r, batch *b)
+{
+    const config *cf = r->cf;
+    int rc = 0, said_waiting = 0;
+    for (;;) {
+        sluice_task *t = NULL;
+        sluice_err e = sluice_producer_task_claim(r->p, &t, -1, (int)cf->lease_ms);
+        if (e == SLUICE_OK) {
+            said_waiting = 0;
+            int k = run_task(r, b, t);
+            if (k == -1)
+                break;
+            if (k != 0) {
+                rc = k;
+                break;
+            }
+            continue;
+        }
+        if (stop_flag)
+            break;
+        if (e == SLUICE_EOF) {
+            if (!cf->follow) {
+                if (!cf->quiet && r->tasks_done + r->tasks_failed + r->tasks_lost == 0)
+                    say(r, "%s\n", sluice_producer_errstr(r->p));
+                break;
+            }
+            if (!cf->quiet && !said_waiting)
+                say(r, "%s; waiting for the next job (--follow)\n",
+                    sluice_producer_errstr(r->p));
+            said_waiting = 1;
+            nap(FOLLOW_POLL_MS);
+            continue;
+        }
+        say(r, PROG ": %s\n", sluice_producer_errstr(r->p));
+        rc = EXIT_RUNTIME;
+        break;
+    }
+    /* Every task ended through done/fail/release, each of which flushes. */
+    if (stop_flag && !cf->quiet)
+        say(r, PROG ": %s: shut down cleanly\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (cf->summary && rc == 0)
+        printf("records=%" PRIu64 " batches=%" PRIu64 " bytes=%" PRIu64 " checksum=%016" PRIx64
+               " tasks=%" PRIu64 "\n", r->total.records, r->total.batches, r->total.bytes,
+               r->total.sum, r->tasks_done);
+    return rc;
+}
+
+/* ---- flags --------------------------------------------------------------- */
+
+/* Parses argv into cf. Returns 0, -1 after --help, or EXIT_USAGE (message
+ * printed). Everything is checked before any connection. */
+static int parse_flags(int argc, char **argv, config *cf)
+{
+    int only_files = 0, format_given = 0;
+    const char *exec_format = NULL;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
         if (only_files || a[0] != '-' || a[1] == '\0') {
-            files[nfiles++] = a;
+            cf->files[cf->nfiles++] = a;
             continue;
         }
         if (strcmp(a, "--") == 0) {
@@ -286,84 +735,138 @@ int main(int argc, char **argv)
         }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
-            free(files);
-            return 0;
+            return -1;
         }
         if (strcmp(a, "--summary") == 0) {
-            summary = 1;
+            cf->summary = 1;
             continue;
         }
         if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-            quiet = 1;
+            cf->quiet = 1;
+            continue;
+        }
+        if (strcmp(a, "--follow") == 0) {
+            cf->follow = 1;
             continue;
         }
         /* Flags with a value: "--flag value" or "--flag=value". */
-        static const char *const valued[] = {"--redis", "--queue", "--format", "--batch-size",
-                                             "--inflight"};
+        static const char *const valued[] = {"--redis",     "--queue",     "--format",
+                                             "--batch-size", "--inflight", "--lease-ms",
+                                             "--exec",      "--exec-format", "--transform",
+                                             "--id"};
         const char *val = NULL, *name = NULL;
-        char namebuf[64];
         for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !name; k++) {
             size_t kl = strlen(valued[k]);
             if (strcmp(a, valued[k]) == 0) {
                 name = valued[k];
-                if (i + 1 >= argc) {
-                    free(files);
+                if (i + 1 >= argc)
                     return usage_error("%s needs a value", name);
-                }
                 val = argv[++i];
             } else if (strncmp(a, valued[k], kl) == 0 && a[kl] == '=') {
                 name = valued[k];
                 val = a + kl + 1;
             }
         }
-        if (!name) {
-            snprintf(namebuf, sizeof namebuf, "%s", a);
-            free(files);
-            return usage_error("unknown flag '%s'", namebuf);
-        }
+        if (!name)
+            return usage_error("unknown flag '%.64s'", a);
         if (strcmp(name, "--redis") == 0) {
-            url = val;
+            cf->url = val;
         } else if (strcmp(name, "--queue") == 0) {
-            queue = val;
+            cf->queue = val;
         } else if (strcmp(name, "--format") == 0) {
-            format = val;
+            cf->format = val;
+            format_given = 1;
         } else if (strcmp(name, "--batch-size") == 0) {
-            if (parse_int(val, 1, MAX_BATCH_SIZE, &batch_size) != 0) {
-                free(files);
+            if (parse_int(val, 1, MAX_BATCH_SIZE, &cf->batch_size) != 0)
                 return usage_error("--batch-size '%s' is not a number in 1..%d", val,
                                    MAX_BATCH_SIZE);
-            }
         } else if (strcmp(name, "--inflight") == 0) {
-            if (parse_int(val, 1, MAX_INFLIGHT, &inflight) != 0) {
-                free(files);
+            if (parse_int(val, 1, MAX_INFLIGHT, &cf->inflight) != 0)
                 return usage_error("--inflight '%s' is not a number in 1..%d", val,
                                    MAX_INFLIGHT);
-            }
+        } else if (strcmp(name, "--lease-ms") == 0) {
+            if (parse_int(val, LEASE_MS_MIN, LEASE_MS_MAX, &cf->lease_ms) != 0)
+                return usage_error("--lease-ms '%s' is not a number in %d..%d", val,
+                                   LEASE_MS_MIN, LEASE_MS_MAX);
+        } else if (strcmp(name, "--exec") == 0) {
+            if (!*val)
+                return usage_error("--exec needs a command");
+            cf->exec_cmd = val;
+        } else if (strcmp(name, "--exec-format") == 0) {
+            exec_format = val;
+            if (strcmp(val, "records") == 0)
+                cf->exec_mode = SLUICEI_EXEC_FRAMED;
+            else if (strcmp(val, "msgpack") == 0)
+                cf->exec_mode = SLUICEI_EXEC_MSGPACK;
+            else
+                return usage_error("--exec-format '%s' is not 'records' or 'msgpack'", val);
+        } else if (strcmp(name, "--transform") == 0) {
+            if (!*val)
+                return usage_error("--transform needs a library path");
+            cf->transform = val;
+        } else if (strcmp(name, "--id") == 0) {
+            if (!*val || strlen(val) > 64)
+                return usage_error("--id must be 1 to 64 bytes");
+            cf->producer_id = val;
         }
     }
 
-    int known = 0;
-    const sluicei_reader_format *fmt;
-    for (size_t i = 0; (fmt = sluicei_reader_format_at(i)) != NULL; i++)
-        known |= strcmp(fmt->name, format) == 0;
-    int rc = 0;
-    if (!queue)
-        rc = usage_error("--queue is required");
-    else if (batch_size == 0)
-        rc = usage_error("--batch-size is required");
-    else if (!known)
-        rc = usage_error("unknown --format '%s' (tfrecord or lines)", format);
-    else if (nfiles == 0)
-        rc = usage_error("no input files");
-    if (rc) {
-        free(files);
-        return rc;
+    int job = cf->nfiles == 0;
+    if (!cf->queue)
+        return usage_error("--queue is required");
+    if (exec_format && !cf->exec_cmd)
+        return usage_error("--exec-format goes with --exec");
+    if (job) {
+        if (cf->batch_size)
+            return usage_error("--batch-size is for files mode; in job mode (no FILE) the "
+                               "job's batch size applies (sluice-ctl submit --batch-size)");
+        if (format_given)
+            return usage_error("--format is for files mode; in job mode (no FILE) the "
+                               "manifest names each shard's reader");
+        if (!cf->lease_ms)
+            cf->lease_ms = LEASE_MS_DEFAULT;
+        return 0;
+    }
+    if (cf->lease_ms || cf->follow)
+        return usage_error("%s is for job mode (no FILE given)",
+                           cf->follow ? "--follow" : "--lease-ms");
+    if (cf->batch_size == 0)
+        return usage_error("--batch-size is required with FILEs (or give no FILE for job mode)");
+    if (cf->exec_cmd) {
+        if (format_given)
+            return usage_error("--format and --exec exclude each other (the command "
+                               "writes the records)");
+        return 0;
+    }
+    char err[256];
+    if (sluicei_reader_check(cf->format, 0, NULL, err, sizeof err) != SLUICE_OK)
+        return usage_error("--format: %s", err);
+    if (sluicei_reader_check(cf->format, (size_t)cf->nfiles, NULL, err, sizeof err) != SLUICE_OK)
+        return usage_error("%s", err);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    config cf = {.format = "tfrecord", .exec_mode = SLUICEI_EXEC_FRAMED};
+    cf.url = getenv("SLUICE_REDIS_URL");
+    if (!cf.url || !*cf.url)
+        cf.url = DEFAULT_URL;
+    cf.files = calloc((size_t)argc, sizeof *cf.files);
+    if (!cf.files) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return EXIT_RUNTIME;
+    }
+    int rc = parse_flags(argc, argv, &cf);
+    if (rc != 0) {
+        free(cf.files);
+        return rc < 0 ? 0 : rc;
     }
     /* Fail before pushing anything when an input is plainly missing. */
-    for (int i = 0; i < nfiles; i++)
-        if (access(files[i], R_OK) != 0) {
-            fprintf(stderr, PROG ": %s: %s\n", files[i], strerror(errno));
-            free(files);
+    for (int i = 0; i < cf.nfiles && !cf.exec_cmd; i++)
+        if (access(cf.files[i], R_OK) != 0) {
+            fprintf(stderr, PROG ": %s: %s\n", cf.files[i], strerror(errno));
+            free(cf.files);
             return EXIT_RUNTIME;
         }
 
@@ -377,53 +880,44 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    sluice_producer_opts o = {
-        .redis_url = url,
-        .queue = queue,
-        .max_inflight = (int)inflight,
-        .stop = (volatile int *)&stop_flag,
-    };
+    run r = {.cf = &cf};
     char err[1024];
-    run r = {0};
-    r.quiet = quiet;
     r.tty = isatty(STDERR_FILENO);
     r.t0 = r.last_progress = mono_s();
+    if (cf.transform &&
+        sluicei_transform_open(&r.tf, cf.transform, err, sizeof err) != SLUICE_OK) {
+        fprintf(stderr, PROG ": %s\n", err);
+        free(cf.files);
+        return EXIT_RUNTIME;
+    }
+    sluice_producer_opts o = {
+        .redis_url = cf.url,
+        .queue = cf.queue,
+        .producer_id = cf.producer_id,
+        .max_inflight = (int)cf.inflight,
+        .stop = (volatile int *)&stop_flag,
+    };
     sluice_err e = sluice_producer_open(&r.p, &o, err, sizeof err);
     if (e != SLUICE_OK) {
         fprintf(stderr, PROG ": %s\n", err);
-        free(files);
+        sluicei_transform_close(r.tf);
+        free(cf.files);
         /* A malformed --redis URL or queue name is a usage error. */
         return e == SLUICE_ERR_INVALID ? EXIT_USAGE : EXIT_RUNTIME;
     }
-
-    batch b;
-    if (batch_init(&b, (size_t)batch_size) != 0) {
+    batch b = {0};
+    if (batch_resize(&b, cf.nfiles ? (size_t)cf.batch_size : 1) != 0) {
         fprintf(stderr, PROG ": out of memory\n");
-        sluice_producer_close(r.p);
-        free(files);
-        return EXIT_RUNTIME;
+        rc = EXIT_RUNTIME;
+    } else {
+        rc = cf.nfiles ? run_files(&r, &b) : run_job(&r, &b);
     }
-    int failed = 0, push_failed = 0, done_files = 0;
-    for (int i = 0; i < nfiles && !failed && !stop_flag; i++) {
-        failed = push_file(&r, &b, format, files[i], &push_failed);
-        done_files += !failed && !stop_flag;
-    }
-    /* Everything handed over must be stored before we report; after a
-     * failed push the producer has already given up on what it held. */
-    int flushed = 0;
-    if (!push_failed) {
-        e = sluice_producer_flush(r.p);
-        flushed = e == SLUICE_OK;
-        push_failed = !flushed;
-    }
-    if (push_failed)
-        fprintf(stderr, PROG ": %s\n", sluice_producer_errstr(r.p));
 
     sluice_producer_stats st;
     sluice_producer_stats_get(r.p, &st);
     if (r.progress_shown)
         fputc('\n', stderr);
-    if (!quiet) {
+    if (!cf.quiet) {
         double el = mono_s() - r.t0;
         fprintf(stderr,
                 "pushed %" PRIu64 " batches, %" PRIu64 " records, %.1f MB in %.1f s "
@@ -435,20 +929,17 @@ int main(int argc, char **argv)
         if (st.reconnects)
             fprintf(stderr, ", %" PRIu64 " reconnect%s", st.reconnects,
                     st.reconnects == 1 ? "" : "s");
+        if (!cf.nfiles) {
+            fprintf(stderr, "; tasks: %" PRIu64 " done, %" PRIu64 " failed", r.tasks_done,
+                    r.tasks_failed);
+            if (r.tasks_lost)
+                fprintf(stderr, ", %" PRIu64 " lost to the reaper", r.tasks_lost);
+        }
         fputc('\n', stderr);
     }
-    int interrupted = stop_flag && (done_files < nfiles || !flushed);
-    if (interrupted)
-        fprintf(stderr, PROG ": interrupted by %s: %d of %d files pushed completely\n",
-                stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", done_files, nfiles);
-    if (summary && flushed)
-        printf("records=%" PRIu64 " batches=%" PRIu64 " bytes=%" PRIu64 " checksum=%016" PRIx64
-               "\n", r.records, r.batches, r.bytes, r.sum);
-
     batch_free(&b);
     sluice_producer_close(r.p);
-    free(files);
-    if (interrupted)
-        return 128 + (stop_signal ? stop_signal : SIGINT);
-    return failed || push_failed ? EXIT_RUNTIME : 0;
+    sluicei_transform_close(r.tf);
+    free(cf.files);
+    return rc;
 }

@@ -18,7 +18,14 @@
  * nothing and duplicates nothing.
  *
  * Any error returned to the caller ends the pushes that were unanswered at
- * that moment: they may or may not be in Redis (errstr says how many). */
+ * that moment: they may or may not be in Redis (errstr says how many).
+ *
+ * Housekeeping (the task lease and the heartbeat) runs only when no reply
+ * is owed, so that a plain command cannot take a push's reply: when one is
+ * due, a push first settles the pipeline (once a second at most, so the
+ * pipelining is barely touched). It also runs inside every wait for room
+ * and for a task, and in sluice_producer_flush(), which a caller doing long
+ * work between pushes can call to keep its lease. */
 #include <sluice/producer.h>
 
 #include "conn.h"
@@ -48,6 +55,11 @@
  * fresh connection) is not a network problem: most likely the server
  * closes the connection on it (a frame above proto-max-bulk-len). */
 #define MAX_LOSSES_PER_PUSH 8
+/* Heartbeat period: the producers hash and pstats:<pid> (sluice-ctl info). */
+#define BEAT_MS 1000
+#define LEASE_MS_DEFAULT 10000
+/* Longest wait on task_wake before claiming again (each claim reaps). */
+#define TASK_WAIT_S 1
 
 enum slot_state {
     SLOT_SENT,       /* reply pending */
@@ -88,7 +100,23 @@ struct sluice_producer {
 
     sluice_producer_stats st;
     char errstr[512];
+
+    /* The task held (sluice_producer_task_claim), or NULL. */
+    sluice_task *task_held;
+    char task_key[48];                 /* "epoch:shard" */
+    int lease_ms;
+    int64_t renewed_ms;                /* monotonic time of the last renewal */
+    int lease_lost;                    /* task_renew said it is no longer ours */
+    int64_t beat_ms;                   /* monotonic time of the last heartbeat; 0: never */
+    char task_wake_key[SLUICE_MAX_KEY];
 };
+
+/* A claimed task and the strings it points to, in one allocation. */
+typedef struct task_box {
+    sluice_task t;
+    char *def;                         /* the taskdef, split in place */
+    const char *paths[];
+} task_box;
 
 static void seterr(sluice_producer *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -320,6 +348,110 @@ static void abandon(sluice_producer *p)
     }
 }
 
+/* ---- housekeeping: task lease and heartbeat -------------------------------- */
+
+/* Runs script id with nothing in flight, regaining a lost connection (and
+ * running the script again) as pushes do. Same contract as
+ * sluicei_script_run(); *resent tells whether it was sent more than once. */
+static sluice_err run_script(sluice_producer *p, sluicei_script_id id, int argc,
+                             const char **argv, redisReply **out, int *resent)
+{
+    if (resent)
+        *resent = 0;
+    for (;;) {
+        sluice_err e = sluicei_script_run(p->conn, id, p->queue, argc, argv, NULL, out);
+        if (e != SLUICE_ERR_IO)
+            return e;
+        if ((e = recover(p)) != SLUICE_OK)
+            return e;
+        if (resent)
+            *resent = 1;
+    }
+}
+
+static void wall_ms_str(char *out, size_t n)
+{
+    snprintf(out, n, "%" PRIu64, sluicei_wall_us() / 1000u);
+}
+
+static int renew_due(const sluice_producer *p, int64_t now)
+{
+    return p->task_held && !p->lease_lost && now - p->renewed_ms >= p->lease_ms / 3;
+}
+
+static int housekeeping_due(const sluice_producer *p)
+{
+    int64_t now = sluicei_now_ms();
+    return renew_due(p, now) || p->beat_ms == 0 || now - p->beat_ms >= BEAT_MS;
+}
+
+/* Publishes this producer's counters (the beat script: liveness in the
+ * producers hash, counters in pstats:<id>). At most six counters fit the
+ * script runner's argument limit. Without may_reconnect a lost connection
+ * is not regained (at close). */
+static sluice_err beat(sluice_producer *p, int may_reconnect)
+{
+    char now[24], v[6][24];
+    const sluice_producer_stats *st = &p->st;
+    uint64_t vals[6] = {st->batches, st->bytes, st->blocked_us, st->duplicates, st->tasks_done,
+                        st->tasks_failed};
+    const char *argv[16] = {"producer", p->id, now, "",
+                            "batches", v[0], "bytes", v[1], "blocked_us", v[2],
+                            "duplicates", v[3], "tasks_done", v[4], "tasks_failed", v[5]};
+    wall_ms_str(now, sizeof now);
+    for (int i = 0; i < 6; i++)
+        snprintf(v[i], sizeof v[i], "%" PRIu64, vals[i]);
+    redisReply *r = NULL;
+    sluice_err e = may_reconnect ? run_script(p, SLUICEI_SCRIPT_BEAT, 16, argv, &r, NULL)
+                                 : sluicei_script_run(p->conn, SLUICEI_SCRIPT_BEAT, p->queue, 16,
+                                                      argv, NULL, &r);
+    if (r)
+        freeReplyObject(r);
+    p->beat_ms = sluicei_now_ms();
+    return e;
+}
+
+/* Extends the lease of the task held; sets lease_lost when a reaper took
+ * it meanwhile. */
+static sluice_err renew(sluice_producer *p)
+{
+    char now[24], lease[16];
+    wall_ms_str(now, sizeof now);
+    snprintf(lease, sizeof lease, "%d", p->lease_ms);
+    const char *argv[4] = {p->id, p->task_key, now, lease};
+    redisReply *r = NULL;
+    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_RENEW, 4, argv, &r, NULL);
+    if (e == SLUICE_OK) {
+        p->renewed_ms = sluicei_now_ms();
+        if (r->type == REDIS_REPLY_INTEGER && r->integer == 0)
+            p->lease_lost = 1;
+    }
+    if (r)
+        freeReplyObject(r);
+    return e;
+}
+
+/* Renews the lease and beats when due. Nothing may be in flight. Only a
+ * connection that cannot be regained is an error: a refused renewal or
+ * beat is tried again at the next occasion (the lease has two more
+ * renewals' worth of slack). */
+static sluice_err housekeep(sluice_producer *p)
+{
+    sluice_err e = SLUICE_OK;
+    if (renew_due(p, sluicei_now_ms()))
+        e = renew(p);
+    if (e != SLUICE_ERR_IO && (p->beat_ms == 0 || sluicei_now_ms() - p->beat_ms >= BEAT_MS))
+        e = beat(p, 1);
+    return e == SLUICE_ERR_IO ? e : SLUICE_OK;
+}
+
+static sluice_err lease_lost_error(sluice_producer *p)
+{
+    seterr(p, "lease lost: task %s was reaped (this producer did not renew its lease in "
+           "time) and is redone by another producer", p->task_key);
+    return SLUICE_ERR_IO;
+}
+
 /* ---- waiting for room --------------------------------------------------- */
 
 /* Waits until a push refused in state `why` is worth sending again. With
@@ -351,10 +483,15 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
         if (sluicei_script_load(p->conn) == SLUICE_OK)
             p->reload_scripts = 0;
     }
-    p->st.blocked_us += now_us() - t0;
     if (e == SLUICE_ERR_IO || !p->conn->ctx)
-        return recover(p);
-    return SLUICE_OK;
+        e = recover(p);
+    /* A producer blocked here keeps its task: the lease is renewed. */
+    if (e == SLUICE_OK)
+        e = housekeep(p);
+    p->st.blocked_us += now_us() - t0;
+    if (e == SLUICE_OK && p->task_held && p->lease_lost)
+        e = lease_lost_error(p);
+    return e;
 }
 
 /* Pushes s (refused once, state FULL or TRANSIENT) again until Redis
@@ -475,6 +612,7 @@ sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opt
     }
     snprintf(p->queue, sizeof p->queue, "%s", o->queue);
     sluicei_key(p->room_key, p->queue, "room");
+    sluicei_key(p->task_wake_key, p->queue, "task_wake");
     if (o->producer_id)
         snprintf(p->id, sizeof p->id, "%s", o->producer_id);
     else
@@ -567,10 +705,28 @@ static sluice_err encode_failed(sluice_producer *p, const slot *s, sluice_err e)
     return e;
 }
 
+/* Before each push: housekeeping when due (after settling, so that no
+ * reply is owed), and no push for a task whose lease was lost. */
+static sluice_err before_push(sluice_producer *p)
+{
+    if (housekeeping_due(p)) {
+        sluice_err e = settle(p, 0);
+        if (e == SLUICE_OK)
+            e = housekeep(p);
+        if (e != SLUICE_OK)
+            return e;
+    }
+    if (p->task_held && p->lease_lost)
+        return lease_lost_error(p);
+    return SLUICE_OK;
+}
+
 sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n)
 {
     slot *s;
-    sluice_err e = next_slot(p, &s);
+    sluice_err e = before_push(p);
+    if (e == SLUICE_OK)
+        e = next_slot(p, &s);
     if (e != SLUICE_OK)
         return e;
     sluicei_batch_meta m = {s->id, p->id, sluicei_wall_us()};
@@ -584,7 +740,9 @@ sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sl
                                         size_t nt)
 {
     slot *s;
-    sluice_err e = next_slot(p, &s);
+    sluice_err e = before_push(p);
+    if (e == SLUICE_OK)
+        e = next_slot(p, &s);
     if (e != SLUICE_OK)
         return e;
     sluicei_batch_meta m = {s->id, p->id, sluicei_wall_us()};
@@ -594,13 +752,26 @@ sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sl
     return launch(p, s, n);
 }
 
+/* Also the occasion for housekeeping (lease, heartbeat) when it is due, so
+ * that a caller busy between pushes keeps its task by flushing now and
+ * then; a lost lease is reported as SLUICE_ERR_IO "lease lost: ...". */
 sluice_err sluice_producer_flush(sluice_producer *p)
 {
-    return settle(p, 0);
+    sluice_err e = settle(p, 0);
+    if (e == SLUICE_OK && housekeeping_due(p))
+        e = housekeep(p);
+    if (e == SLUICE_OK && p->task_held && p->lease_lost)
+        e = lease_lost_error(p);
+    return e;
 }
 
 sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t task)
 {
+    if (p->task_held) {
+        seterr(p, "set_task: task %s is held; finish it first (task_done/_fail/_release)",
+               p->task_key);
+        return SLUICE_ERR_INVALID;
+    }
     sluice_err e = settle(p, 0);
     if (e != SLUICE_OK)
         return e;
@@ -614,13 +785,383 @@ void sluice_producer_close(sluice_producer *p)
 {
     if (!p)
         return;
+    if (p->task_held && p->conn)
+        sluice_producer_task_release(p, p->task_held);   /* not left to the reaper */
     if (p->conn && p->used > 0)
         settle(p, 0);
+    if (p->conn && p->conn->ctx && p->beat_ms != 0)
+        beat(p, 0);   /* the final counters, for sluice-ctl info */
     sluicei_conn_close(p->conn);
     for (int i = 0; i < p->nslots; i++)
         sluicei_buf_free(&p->ring[i].frame);
     free(p->ring);
     free(p);
+}
+
+/* ---- tasks ------------------------------------------------------------- */
+
+/* Longest error kept with a failed task (the tail of a command's stderr). */
+#define TASK_ERROR_MAX 4096
+
+/* Parses all of s[0..len) as a decimal number <= max. */
+static int parse_dec(const char *s, size_t len, uint64_t max, uint64_t *v)
+{
+    uint64_t x = 0;
+    if (len == 0)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (x > (max - d) / 10)
+            return -1;
+        x = x * 10 + d;
+    }
+    *v = x;
+    return 0;
+}
+
+/* A script reply that is a number, whether Redis sent it as an integer
+ * (HINCRBY) or as a string (HGET). */
+static int reply_u64(const redisReply *r, uint64_t max, uint64_t *v)
+{
+    if (r->type == REDIS_REPLY_INTEGER && r->integer >= 0 && (uint64_t)r->integer <= max) {
+        *v = (uint64_t)r->integer;
+        return 0;
+    }
+    if (r->type == REDIS_REPLY_STRING)
+        return parse_dec(r->str, r->len, max, v);
+    return -1;
+}
+
+/* Splits a task definition "reader\tstart\tend\tpath\tpath..." (start
+ * empty: 0; end empty: to the end) into a new task_box owned by the
+ * caller (free()). NULL when malformed or out of memory; why says which. */
+static task_box *task_decode(const char *def, size_t len, char *why, size_t whylen)
+{
+    size_t tabs = 0;
+    if (memchr(def, '\0', len)) {
+        snprintf(why, whylen, "the definition contains a NUL byte");
+        return NULL;
+    }
+    for (size_t i = 0; i < len; i++)
+        tabs += def[i] == '\t';
+    if (tabs < 3) {
+        snprintf(why, whylen, "the definition has %zu fields, expected reader, start, end "
+                 "and at least one path", tabs + 1);
+        return NULL;
+    }
+    size_t npaths = tabs - 2;
+    task_box *b = malloc(sizeof *b + npaths * sizeof b->paths[0] + len + 1);
+    if (!b) {
+        snprintf(why, whylen, "out of memory");
+        return NULL;
+    }
+    memset(&b->t, 0, sizeof b->t);
+    b->def = (char *)(b->paths + npaths);
+    memcpy(b->def, def, len);
+    b->def[len] = '\0';
+
+    char *field[3];
+    char *s = b->def;
+    for (int i = 0; i < 3; i++) {
+        field[i] = s;
+        s = strchr(s, '\t');
+        *s++ = '\0';
+    }
+    for (size_t i = 0; i < npaths; i++) {
+        b->paths[i] = s;
+        char *tab = strchr(s, '\t');
+        if (tab) {
+            *tab = '\0';
+            s = tab + 1;
+        }
+        if (b->paths[i][0] == '\0') {
+            snprintf(why, whylen, "path %zu of the definition is empty", i + 1);
+            free(b);
+            return NULL;
+        }
+    }
+    b->t.reader = field[0];
+    b->t.paths = b->paths;
+    b->t.npaths = npaths;
+    b->t.start = 0;
+    b->t.end = UINT64_MAX;
+    if (field[0][0] == '\0' ||
+        (field[1][0] && parse_dec(field[1], strlen(field[1]), UINT64_MAX, &b->t.start)) ||
+        (field[2][0] && parse_dec(field[2], strlen(field[2]), UINT64_MAX, &b->t.end)) ||
+        b->t.start > b->t.end) {
+        snprintf(why, whylen, "the definition's reader or record range is malformed "
+                 "(reader '%.64s', start '%.32s', end '%.32s')", field[0], field[1], field[2]);
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Forgets the task held: frees it, and numbers later pushes as ad-hoc
+ * batches again (a random task of this producer, epoch 0). */
+static void end_task(sluice_producer *p)
+{
+    free((task_box *)p->task_held);   /* t is the box's first member */
+    p->task_held = NULL;
+    p->task_key[0] = '\0';
+    p->lease_lost = 0;
+    p->epoch = 0;
+    p->task = ADHOC_TASK_MIN + sluicei_random64() % (ADHOC_TASK_END - ADHOC_TASK_MIN);
+    p->next_seq = 0;
+    p->beat_ms = 0;                   /* publish the new counters soon */
+}
+
+/* Runs task_fail for the task held: handback 1 returns it untried,
+ * otherwise the attempt counts. Does not end the task. */
+static sluice_err fail_script(sluice_producer *p, const char *error, int handback)
+{
+    char msg[TASK_ERROR_MAX + 1];
+    snprintf(msg, sizeof msg, "%s", error && *error ? error : "failed (no reason given)");
+    const char *argv[4] = {p->id, p->task_key, msg, handback ? "1" : "0"};
+    redisReply *r = NULL;
+    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_FAIL, 4, argv, &r, NULL);
+    if (e != SLUICE_OK)
+        seterr(p, "task_fail %s: %s", p->task_key,
+               r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
+    else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0)
+        e = lease_lost_error(p);
+    if (r)
+        freeReplyObject(r);
+    return e;
+}
+
+/* Makes the task of a 'task' reply r the one held; on SLUICE_OK *out is
+ * it. A task whose definition is unusable is failed at once (the attempt
+ * counts) and SLUICE_ERR_FORMAT returned, so that the caller claims the
+ * next one. */
+static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_ms,
+                            sluice_task **out)
+{
+    uint64_t epoch, shard, attempt, batch_size, epochs;
+    const char *key, *colon;
+    if (r->elements < 6 || r->element[1]->type != REDIS_REPLY_STRING ||
+        (key = r->element[1]->str, colon = strchr(key, ':')) == NULL ||
+        parse_dec(key, (size_t)(colon - key), UINT32_MAX, &epoch) ||
+        parse_dec(colon + 1, strlen(colon + 1), UINT64_MAX, &shard) ||
+        strlen(key) >= sizeof p->task_key) {
+        seterr(p, "task_claim on queue '%s': malformed 'task' reply", p->queue);
+        return SLUICE_ERR_PROTOCOL;
+    }
+    /* Held from here on, so that a bad one can be failed in its name. */
+    snprintf(p->task_key, sizeof p->task_key, "%s", key);
+    p->lease_ms = lease_ms;
+    p->renewed_ms = sluicei_now_ms();
+    p->lease_lost = 0;
+
+    char why[256] = "";
+    task_box *b = NULL;
+    const redisReply *def = r->element[2];
+    if (def->type != REDIS_REPLY_STRING)
+        snprintf(why, sizeof why, "the job has no definition for shard %" PRIu64, shard);
+    else if (reply_u64(r->element[3], INT32_MAX, &attempt) ||
+             reply_u64(r->element[4], UINT32_MAX, &batch_size) || batch_size == 0 ||
+             reply_u64(r->element[5], UINT32_MAX, &epochs))
+        snprintf(why, sizeof why, "the job's batch_size or epochs is malformed");
+    else
+        b = task_decode(def->str, def->len, why, sizeof why);
+    if (!b) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "task %s cannot be produced: %s", key, why);
+        sluice_err e = fail_script(p, msg, 0);   /* needs only task_key */
+        p->task_key[0] = '\0';
+        seterr(p, "%s", msg);
+        return e == SLUICE_OK ? SLUICE_ERR_FORMAT : e;
+    }
+    b->t.epoch = (uint32_t)epoch;
+    b->t.shard = shard;
+    b->t.attempt = (int)attempt;
+    b->t.batch_size = (uint32_t)batch_size;
+    b->t.epochs = (uint32_t)epochs;
+    p->task_held = &b->t;
+    p->epoch = (uint32_t)epoch;
+    p->task = shard;
+    p->next_seq = 0;
+    *out = &b->t;
+    return SLUICE_OK;
+}
+
+/* Waits up to ms (at least 10) for a token in task_wake: another producer
+ * gave a task back, a job was submitted, or an epoch ended. */
+static sluice_err wait_task_wake(sluice_producer *p, int64_t ms)
+{
+    char secs[24];
+    if (ms < 10)
+        ms = 10;
+    snprintf(secs, sizeof secs, "%.3f", (double)ms / 1000.0);
+    redisReply *r = NULL;
+    sluice_err e = sluicei_conn_command(p->conn, &r, "BLPOP %s %s", p->task_wake_key, secs);
+    if (r)
+        freeReplyObject(r);
+    if (e == SLUICE_ERR_IO || !p->conn->ctx)
+        return recover(p);
+    return SLUICE_OK;   /* an error reply (LOADING...) shows again at the claim */
+}
+
+sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int timeout_ms,
+                                      int lease_ms)
+{
+    *out = NULL;
+    if (p->task_held) {
+        seterr(p, "task_claim: task %s is still held (task_done/_fail/_release first)",
+               p->task_key);
+        return SLUICE_ERR_INVALID;
+    }
+    if (lease_ms < 0) {
+        seterr(p, "task_claim: lease_ms %d is negative", lease_ms);
+        return SLUICE_ERR_INVALID;
+    }
+    if (lease_ms == 0)
+        lease_ms = LEASE_MS_DEFAULT;
+    sluice_err e = settle(p, 0);
+    if (e != SLUICE_OK)
+        return e;
+    int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
+    for (;;) {
+        if (stopped(p)) {
+            seterr(p, "stopped while waiting for a task of queue '%s'", p->queue);
+            return SLUICE_ERR_IO;
+        }
+        char now[24], lease[16];
+        wall_ms_str(now, sizeof now);
+        snprintf(lease, sizeof lease, "%d", lease_ms);
+        const char *argv[3] = {p->id, now, lease};
+        redisReply *r = NULL;
+        e = run_script(p, SLUICEI_SCRIPT_TASK_CLAIM, 3, argv, &r, NULL);
+        if (e != SLUICE_OK) {
+            seterr(p, "task_claim on queue '%s': %s", p->queue,
+                   r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
+            if (r)
+                freeReplyObject(r);
+            return e;
+        }
+        char kind[16] = "";
+        if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+            r->element[0]->type == REDIS_REPLY_STRING)
+            snprintf(kind, sizeof kind, "%s", r->element[0]->str);
+        if (strcmp(kind, "task") == 0) {
+            e = take_task(p, r, lease_ms, out);
+            freeReplyObject(r);
+            if (e != SLUICE_ERR_FORMAT)
+                return e;
+            continue;   /* that one was failed; claim the next */
+        }
+        freeReplyObject(r);
+        if (strcmp(kind, "done") == 0) {
+            seterr(p, "the job of queue '%s' is finished", p->queue);
+            return SLUICE_EOF;
+        }
+        if (strcmp(kind, "nojob") == 0) {
+            seterr(p, "queue '%s' has no job (submit one: sluice-ctl submit %s --manifest ...)",
+                   p->queue, p->queue);
+            return SLUICE_EOF;
+        }
+        if (strcmp(kind, "wait") != 0) {
+            seterr(p, "task_claim on queue '%s': unexpected reply '%.32s'", p->queue, kind);
+            return SLUICE_ERR_PROTOCOL;
+        }
+        if ((e = housekeep(p)) != SLUICE_OK)
+            return e;
+        int64_t wait = TASK_WAIT_S * 1000;
+        if (deadline >= 0) {
+            int64_t left = deadline - sluicei_now_ms();
+            if (left <= 0) {
+                seterr(p, "no task of queue '%s' free within %d ms (others hold the rest)",
+                       p->queue, timeout_ms);
+                return SLUICE_ERR_TIMEOUT;
+            }
+            if (left < wait)
+                wait = left;
+        }
+        if ((e = wait_task_wake(p, wait)) != SLUICE_OK)
+            return e;
+    }
+}
+
+/* Checks that t is the task p holds. */
+static int holds(sluice_producer *p, const sluice_task *t, const char *what)
+{
+    if (t && t == p->task_held)
+        return 1;
+    seterr(p, "%s: not the task this producer holds", what);
+    return 0;
+}
+
+sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
+{
+    if (!holds(p, t, "task_done"))
+        return SLUICE_ERR_INVALID;
+    sluice_err e = settle(p, 0);
+    if (e == SLUICE_OK && p->lease_lost)
+        e = lease_lost_error(p);
+    if (e != SLUICE_OK) {
+        /* Some batch is not stored: the task is not done. Fail the attempt
+         * (keeping the push error as the task's error), unless it is no
+         * longer ours or Redis is out of reach. */
+        if (!p->lease_lost && p->conn->ctx) {
+            char why[sizeof p->errstr];
+            snprintf(why, sizeof why, "%s", p->errstr);
+            if (fail_script(p, why, 0) == SLUICE_OK)
+                p->st.tasks_failed++;
+            snprintf(p->errstr, sizeof p->errstr, "%s", why);
+        }
+        end_task(p);
+        return e;
+    }
+    char nb[24];
+    snprintf(nb, sizeof nb, "%" PRIu64, p->next_seq);
+    const char *argv[3] = {p->id, p->task_key, nb};
+    redisReply *r = NULL;
+    int resent = 0;
+    e = run_script(p, SLUICEI_SCRIPT_TASK_DONE, 3, argv, &r, &resent);
+    if (e != SLUICE_OK) {
+        seterr(p, "task_done %s: %s", p->task_key,
+               r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
+    } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+        p->st.tasks_done++;
+    } else if (resent) {
+        /* Sent again after a lost connection: 0 may mean that our first
+         * call went through. Either way the task is done by someone. */
+        p->st.tasks_done++;
+    } else {
+        e = lease_lost_error(p);
+    }
+    if (r)
+        freeReplyObject(r);
+    end_task(p);
+    return e;
+}
+
+sluice_err sluice_producer_task_fail(sluice_producer *p, sluice_task *t, const char *error)
+{
+    if (!holds(p, t, "task_fail"))
+        return SLUICE_ERR_INVALID;
+    /* What was pushed stays pushed (a retry drops those ids as duplicates);
+     * a push refused for good does not stop the failure from being kept. */
+    settle(p, 0);
+    sluice_err e = p->lease_lost ? lease_lost_error(p) : fail_script(p, error, 0);
+    if (e == SLUICE_OK)
+        p->st.tasks_failed++;
+    end_task(p);
+    return e;
+}
+
+sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t)
+{
+    if (!holds(p, t, "task_release"))
+        return SLUICE_ERR_INVALID;
+    settle(p, 0);
+    char why[SLUICE_MAX_PRODUCER_ID + 64];
+    snprintf(why, sizeof why, "handed back by producer %s", p->id);
+    sluice_err e = p->lease_lost ? lease_lost_error(p) : fail_script(p, why, 1);
+    end_task(p);
+    return e;
 }
 
 void sluice_producer_stats_get(const sluice_producer *p, sluice_producer_stats *st)

@@ -25,5 +25,6 @@ extern const struct test wire_tests[];
 extern const struct test url_tests[];
 extern const struct test proto_tests[];
 extern const struct test reader_tests[];
+extern const struct test manifest_tests[];
 
 #endif

@@ -17,7 +17,7 @@
 #define BUF_INITIAL ((size_t)256 << 10)
 
 typedef struct lines_reader {
-    sluicei_reader base;
+    sluicei_source base;
     FILE *f;
     char *path;
     char *buf;           /* window of the file: [start, end) is unread */
@@ -34,7 +34,7 @@ static sluice_err fail_sys(lines_reader *r, const char *call, int errnum, char *
     return SLUICE_ERR_SYS;
 }
 
-static void lines_close(sluicei_reader *base)
+static void lines_close(sluicei_source *base)
 {
     lines_reader *r = (lines_reader *)base;
     if (r->f)
@@ -44,8 +44,11 @@ static void lines_close(sluicei_reader *base)
     free(r);
 }
 
-static sluice_err lines_open(sluicei_reader **out, const char *path, char *err, size_t errlen)
+static sluice_err lines_open(sluicei_source **out, const char *const *paths, const char *arg,
+                          char *err, size_t errlen)
 {
+    const char *path = paths[0];
+    (void)arg;
     struct stat st;
     lines_reader *r = calloc(1, sizeof *r);
     *out = NULL;
@@ -78,7 +81,7 @@ static sluice_err lines_open(sluicei_reader **out, const char *path, char *err, 
     return SLUICE_OK;
 }
 
-static sluice_err lines_next(sluicei_reader *base, sluice_record *rec, char *err, size_t errlen)
+static sluice_err lines_next(sluicei_source *base, sluice_record *rec, char *err, size_t errlen)
 {
     lines_reader *r = (lines_reader *)base;
     for (;;) {
@@ -139,6 +142,7 @@ static sluice_err lines_next(sluicei_reader *base, sluice_record *rec, char *err
 const sluicei_reader_format sluicei_reader_lines = {
     .name = "lines",
     .summary = "one record per line, newline removed; an empty line is an empty record",
+    .group = 1,
     .open = lines_open,
     .next = lines_next,
     .close = lines_close,

@@ -25,7 +25,7 @@
 #define GROW_MIN ((size_t)64 << 10)
 
 typedef struct tf_reader {
-    sluicei_reader base;
+    sluicei_source base;
     FILE *f;
     char *path;
     char *iobuf;
@@ -62,7 +62,7 @@ static sluice_err fail_sys(tf_reader *r, const char *call, int errnum, char *err
     return SLUICE_ERR_SYS;
 }
 
-static void tf_close(sluicei_reader *base)
+static void tf_close(sluicei_source *base)
 {
     tf_reader *r = (tf_reader *)base;
     if (r->f)
@@ -73,8 +73,11 @@ static void tf_close(sluicei_reader *base)
     free(r);
 }
 
-static sluice_err tf_open(sluicei_reader **out, const char *path, char *err, size_t errlen)
+static sluice_err tf_open(sluicei_source **out, const char *const *paths, const char *arg,
+                          char *err, size_t errlen)
 {
+    const char *path = paths[0];
+    (void)arg;
     struct stat st;
     tf_reader *r = calloc(1, sizeof *r);
     *out = NULL;
@@ -124,7 +127,7 @@ static int reserve(tf_reader *r, size_t want)
     return 0;
 }
 
-static sluice_err tf_next(sluicei_reader *base, sluice_record *rec, char *err, size_t errlen)
+static sluice_err tf_next(sluicei_source *base, sluice_record *rec, char *err, size_t errlen)
 {
     tf_reader *r = (tf_reader *)base;
     const uint64_t start = r->off;
@@ -209,6 +212,7 @@ static sluice_err tf_next(sluicei_reader *base, sluice_record *rec, char *err, s
 const sluicei_reader_format sluicei_reader_tfrecord = {
     .name = "tfrecord",
     .summary = "TFRecord, both CRC-32Cs checked",
+    .group = 1,
     .open = tf_open,
     .next = tf_next,
     .close = tf_close,

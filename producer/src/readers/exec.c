@@ -1,0 +1,686 @@
+/* --exec: records from a command's stdout (reader.h, sluicei_exec_open).
+ *
+ * The command runs as `/bin/sh -c CMD` in its own process group, stdin
+ * /dev/null, stdout and stderr on two pipes. Both pipes are read through
+ * one poll(), so a command that fills its stderr while we wait on its
+ * stdout (or the other way round) never blocks: stderr is kept as a
+ * 512-byte tail for the error message. */
+#include "../reader.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TAIL_BYTES 512
+#define READ_CHUNK ((size_t)64 << 10)
+/* After stdout ended and the command exited, stderr is still read for at
+ * most this long (a background child of the command may hold it open). */
+#define STDERR_GRACE_MS 200
+
+static const sluicei_reader_format exec_format;
+
+/* Progress of object_length() through a frame that is still arriving. */
+typedef struct scan_state {
+    uint64_t todo;            /* objects still to skip; 0: not started */
+    size_t at;                /* bytes of the frame scanned */
+} scan_state;
+
+typedef struct exec_source {
+    sluicei_source base;
+    char *cmd;                /* as given, for messages */
+    sluicei_exec_mode mode;
+    pid_t pid;                /* 0 once reaped */
+    int out_fd, err_fd;       /* -1 once closed */
+    unsigned char *buf;       /* stdout bytes: [pos, len) unread */
+    size_t pos, len, cap;
+    int out_eof;
+    char tail[TAIL_BYTES];    /* last bytes of stderr, a ring */
+    size_t tail_len, tail_at;
+    /* msgpack mode */
+    sluice_batch *batch;      /* current frame, decoded */
+    unsigned char *frame;     /* its bytes (the batch points into them) */
+    size_t row;               /* next row or record of batch */
+    int kind;                 /* 0 unknown, 1 records, 2 tensors */
+    sluicei_column cols[SLUICEI_READER_MAX_COLUMNS];
+    size_t ncols;
+    unsigned char *rowbuf;
+    size_t rowcap;
+    uint64_t frames;
+    scan_state scan;
+} exec_source;
+
+/* ---- the command line ---------------------------------------------------- */
+
+static int append(char **s, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t ncap = *cap ? *cap : 256;
+        while (ncap < *len + n + 1)
+            ncap *= 2;
+        char *ns = realloc(*s, ncap);
+        if (!ns)
+            return -1;
+        *s = ns;
+        *cap = ncap;
+    }
+    memcpy(*s + *len, p, n);
+    *len += n;
+    (*s)[*len] = '\0';
+    return 0;
+}
+
+/* cmd with {path}, {start}, {end} replaced; NULL when out of memory. */
+static char *expand(const char *cmd, const char *const *paths, size_t npaths, uint64_t start,
+                    uint64_t end)
+{
+    char *s = NULL, num[24];
+    size_t len = 0, cap = 0;
+    int rc = append(&s, &len, &cap, "", 0);
+    for (const char *p = cmd; rc == 0 && *p;) {
+        if (strncmp(p, "{path}", 6) == 0) {
+            for (size_t i = 0; rc == 0 && i < npaths; i++) {
+                /* Single quotes keep everything but ' itself, written '\''. */
+                rc |= append(&s, &len, &cap, i ? " '" : "'", i ? 2 : 1);
+                for (const char *c = paths[i]; rc == 0 && *c; c++)
+                    rc |= *c == '\'' ? append(&s, &len, &cap, "'\\''", 4)
+                                     : append(&s, &len, &cap, c, 1);
+                rc |= append(&s, &len, &cap, "'", 1);
+            }
+            p += 6;
+        } else if (strncmp(p, "{start}", 7) == 0) {
+            snprintf(num, sizeof num, "%" PRIu64, start);
+            rc = append(&s, &len, &cap, num, strlen(num));
+            p += 7;
+        } else if (strncmp(p, "{end}", 5) == 0) {
+            num[0] = '\0';
+            if (end != UINT64_MAX)
+                snprintf(num, sizeof num, "%" PRIu64, end);
+            rc = append(&s, &len, &cap, num, strlen(num));
+            p += 5;
+        } else {
+            rc = append(&s, &len, &cap, p, 1);
+            p++;
+        }
+    }
+    if (rc != 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- pipes ------------------------------------------------------------------ */
+
+static void keep_tail(exec_source *s, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        s->tail[s->tail_at] = p[i];
+        s->tail_at = (s->tail_at + 1) % TAIL_BYTES;
+        if (s->tail_len < TAIL_BYTES)
+            s->tail_len++;
+    }
+}
+
+/* Reads what stderr has (it is ready); closes it at its end. */
+static void read_stderr(exec_source *s)
+{
+    char chunk[4096];
+    ssize_t n = read(s->err_fd, chunk, sizeof chunk);
+    if (n > 0)
+        keep_tail(s, chunk, (size_t)n);
+    else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        close(s->err_fd);
+        s->err_fd = -1;
+    }
+}
+
+/* Waits until stdout has more bytes (appended to buf) or ends, reading
+ * stderr meanwhile. Never grows buf beyond what arrives plus one chunk. */
+static sluice_err read_more(exec_source *s, char *err, size_t errlen)
+{
+    if (s->pos > 0 && s->pos == s->len)
+        s->pos = s->len = 0;
+    if (s->cap - s->len < READ_CHUNK) {
+        if (s->pos > 0) {   /* drop what was consumed before growing */
+            memmove(s->buf, s->buf + s->pos, s->len - s->pos);
+            s->len -= s->pos;
+            s->pos = 0;
+        }
+        if (s->cap - s->len < READ_CHUNK) {
+            size_t ncap = s->cap ? s->cap * 2 : 2 * READ_CHUNK;
+            while (ncap - s->len < READ_CHUNK)
+                ncap *= 2;
+            unsigned char *nb = realloc(s->buf, ncap);
+            if (!nb) {
+                snprintf(err, errlen, "exec: %s: out of memory", s->cmd);
+                return SLUICE_ERR_NOMEM;
+            }
+            s->buf = nb;
+            s->cap = ncap;
+        }
+    }
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = s->out_fd, .events = POLLIN},
+                               {.fd = s->err_fd, .events = POLLIN}};
+        if (poll(pf, s->err_fd >= 0 ? 2 : 1, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            snprintf(err, errlen, "exec: poll: %s", strerror(errno));
+            return SLUICE_ERR_SYS;
+        }
+        if (s->err_fd >= 0 && pf[1].revents)
+            read_stderr(s);
+        if (!pf[0].revents)
+            continue;
+        ssize_t n = read(s->out_fd, s->buf + s->len, s->cap - s->len);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n < 0) {
+            snprintf(err, errlen, "exec: %s: read: %s", s->cmd, strerror(errno));
+            return SLUICE_ERR_SYS;
+        }
+        if (n == 0)
+            s->out_eof = 1;
+        s->len += (size_t)n;
+        return SLUICE_OK;
+    }
+}
+
+/* Makes at least need unread bytes available; fewer only at the end of
+ * stdout. */
+static sluice_err fill(exec_source *s, size_t need, char *err, size_t errlen)
+{
+    while (s->len - s->pos < need && !s->out_eof) {
+        sluice_err e = read_more(s, err, errlen);
+        if (e != SLUICE_OK)
+            return e;
+    }
+    return SLUICE_OK;
+}
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The stderr tail as one line: control characters become spaces, runs of
+ * spaces one, no leading or trailing space. */
+static void tail_line(const exec_source *s, char *out, size_t outlen)
+{
+    size_t o = 0;
+    size_t first = (s->tail_at + TAIL_BYTES - s->tail_len) % TAIL_BYTES;
+    for (size_t i = 0; i < s->tail_len && o + 1 < outlen; i++) {
+        unsigned char c = (unsigned char)s->tail[(first + i) % TAIL_BYTES];
+        if (c < 0x20 || c == 0x7f)
+            c = ' ';
+        if (c == ' ' && (o == 0 || out[o - 1] == ' '))
+            continue;
+        out[o++] = (char)c;
+    }
+    while (o > 0 && out[o - 1] == ' ')
+        o--;
+    out[o] = '\0';
+}
+
+/* Stdout ended: reap the command and turn its exit into a result. */
+static sluice_err finish(exec_source *s, char *err, size_t errlen)
+{
+    int status = 0;
+    long exited_at = -1;
+    while (s->pid > 0) {
+        pid_t w = waitpid(s->pid, &status, WNOHANG);
+        if (w == s->pid) {
+            s->pid = 0;
+            exited_at = now_ms();
+        } else if (w < 0 && errno != EINTR) {
+            snprintf(err, errlen, "exec: %s: waitpid: %s", s->cmd, strerror(errno));
+            return SLUICE_ERR_SYS;
+        }
+        if (s->pid > 0 && s->err_fd < 0) {
+            struct timespec ts = {0, 10 * 1000000};
+            nanosleep(&ts, NULL);
+        }
+        if (s->err_fd >= 0) {
+            struct pollfd pf = {.fd = s->err_fd, .events = POLLIN};
+            if (poll(&pf, 1, s->pid > 0 ? 10 : 0) > 0)
+                read_stderr(s);
+        }
+    }
+    if (exited_at < 0)
+        exited_at = now_ms();
+    while (s->err_fd >= 0 && now_ms() - exited_at < STDERR_GRACE_MS) {
+        struct pollfd pf = {.fd = s->err_fd, .events = POLLIN};
+        int left = (int)(STDERR_GRACE_MS - (now_ms() - exited_at));
+        if (poll(&pf, 1, left > 0 ? left : 0) <= 0)
+            break;
+        read_stderr(s);
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return SLUICE_EOF;
+    char tail[TAIL_BYTES + 1];
+    tail_line(s, tail, sizeof tail);
+    if (WIFEXITED(status))
+        snprintf(err, errlen, "exec: %s exited with status %d: %s", s->cmd, WEXITSTATUS(status),
+                 tail[0] ? tail : "(no stderr)");
+    else
+        snprintf(err, errlen, "exec: %s killed by signal %d: %s", s->cmd, WTERMSIG(status),
+                 tail[0] ? tail : "(no stderr)");
+    return SLUICE_ERR_FORMAT;
+}
+
+static void exec_close(sluicei_source *base)
+{
+    exec_source *s = (exec_source *)base;
+    if (s->out_fd >= 0)
+        close(s->out_fd);
+    if (s->err_fd >= 0)
+        close(s->err_fd);
+    if (s->pid > 0) {
+        kill(-s->pid, SIGKILL);
+        while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    sluice_batch_free(s->batch);
+    free(s->frame);
+    free(s->rowbuf);
+    free(s->buf);
+    free(s->cmd);
+    free(s);
+}
+
+/* ---- framed records --------------------------------------------------------- */
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static sluice_err next_framed(exec_source *s, sluice_record *rec, char *err, size_t errlen)
+{
+    sluice_err e = fill(s, 4, err, errlen);
+    if (e != SLUICE_OK)
+        return e;
+    size_t have = s->len - s->pos;
+    if (have == 0)
+        return finish(s, err, errlen);
+    if (have < 4) {
+        e = finish(s, err, errlen);
+        if (e != SLUICE_EOF)
+            return e;
+        snprintf(err, errlen, "exec: %s: stdout ended inside a record length (%zu of 4 bytes)",
+                 s->cmd, have);
+        return SLUICE_ERR_FORMAT;
+    }
+    uint32_t len = le32(s->buf + s->pos);
+    if (len > SLUICEI_READER_MAX_RECORD) {
+        snprintf(err, errlen, "exec: %s: record length %" PRIu32 " exceeds the limit of %"
+                 PRIu64 " bytes", s->cmd, len, SLUICEI_READER_MAX_RECORD);
+        return SLUICE_ERR_FORMAT;
+    }
+    if ((e = fill(s, 4 + (size_t)len, err, errlen)) != SLUICE_OK)
+        return e;
+    if (s->len - s->pos < 4 + (size_t)len) {
+        have = s->len - s->pos - 4;
+        e = finish(s, err, errlen);
+        if (e != SLUICE_EOF)
+            return e;
+        snprintf(err, errlen, "exec: %s: stdout ended inside a record (%zu of %" PRIu32
+                 " bytes)", s->cmd, have, len);
+        return SLUICE_ERR_FORMAT;
+    }
+    rec->data = s->buf + s->pos + 4;
+    rec->len = len;
+    s->pos += 4 + (size_t)len;
+    return SLUICE_OK;
+}
+
+/* ---- msgpack frames ----------------------------------------------------------- */
+
+/* Length of the msgpack object at p[0..n): 0 when more bytes are needed,
+ * (size_t)-1 when it is not msgpack (a reserved byte). Iterative: counts
+ * the objects still to skip, so nesting costs nothing. Resumable: *st
+ * keeps how far the scan got (zero it for a new object), so that a large
+ * frame arriving in many reads is scanned once, not once per read. */
+static size_t object_length(const unsigned char *p, size_t n, scan_state *st)
+{
+    if (st->todo == 0) {
+        st->todo = 1;
+        st->at = 0;
+    }
+    while (st->todo > 0) {
+        size_t at = st->at;
+        if (at >= n)
+            return 0;
+        unsigned char b = p[at++];
+        uint64_t skip = 0, add = 0;
+        int lenbytes = 0, kind = 0;   /* kind: 0 skip bytes, 1 array, 2 map */
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+            ;
+        else if (b >= 0x80 && b <= 0x8f)
+            add = 2 * (uint64_t)(b & 0x0f);
+        else if (b >= 0x90 && b <= 0x9f)
+            add = b & 0x0f;
+        else if (b >= 0xa0 && b <= 0xbf)
+            skip = b & 0x1f;
+        else
+            switch (b) {
+            case 0xc4: case 0xd9: lenbytes = 1; break;
+            case 0xc5: case 0xda: lenbytes = 2; break;
+            case 0xc6: case 0xdb: lenbytes = 4; break;
+            case 0xc7: lenbytes = 1; skip = 1; break;   /* ext 8: + type byte */
+            case 0xc8: lenbytes = 2; skip = 1; break;
+            case 0xc9: lenbytes = 4; skip = 1; break;
+            case 0xca: skip = 4; break;
+            case 0xcb: skip = 8; break;
+            case 0xcc: case 0xd0: skip = 1; break;
+            case 0xcd: case 0xd1: skip = 2; break;
+            case 0xce: case 0xd2: skip = 4; break;
+            case 0xcf: case 0xd3: skip = 8; break;
+            case 0xd4: skip = 2; break;
+            case 0xd5: skip = 3; break;
+            case 0xd6: skip = 5; break;
+            case 0xd7: skip = 9; break;
+            case 0xd8: skip = 17; break;
+            case 0xdc: lenbytes = 2; kind = 1; break;
+            case 0xdd: lenbytes = 4; kind = 1; break;
+            case 0xde: lenbytes = 2; kind = 2; break;
+            case 0xdf: lenbytes = 4; kind = 2; break;
+            default: return (size_t)-1;   /* 0xc1 */
+            }
+        if (lenbytes) {
+            if (n - at < (size_t)lenbytes)
+                return 0;
+            uint64_t v = 0;
+            for (int i = 0; i < lenbytes; i++)
+                v = v << 8 | p[at + (size_t)i];
+            at += (size_t)lenbytes;
+            if (kind == 1)
+                add = v;
+            else if (kind == 2)
+                add = 2 * v;
+            else
+                skip += v;
+        }
+        if (skip > n - at)
+            return 0;
+        st->at = at + (size_t)skip;
+        st->todo += add - 1;
+    }
+    size_t len = st->at;
+    st->at = 0;
+    return len;
+}
+
+/* Reads and decodes the next frame into s->batch; SLUICE_EOF at the end. */
+static sluice_err next_frame(exec_source *s, char *err, size_t errlen)
+{
+    const size_t max = SLUICE_MAX_BATCH_BYTES_DEFAULT;
+    size_t flen;
+    sluice_err e;
+    for (;;) {
+        flen = object_length(s->buf + s->pos, s->len - s->pos, &s->scan);
+        if (flen == (size_t)-1) {
+            snprintf(err, errlen, "exec: %s: frame %" PRIu64 " is not msgpack", s->cmd,
+                     s->frames);
+            return SLUICE_ERR_FORMAT;
+        }
+        if (flen > 0)
+            break;
+        if (s->len - s->pos > max) {
+            snprintf(err, errlen, "exec: %s: frame %" PRIu64 " exceeds %zu bytes", s->cmd,
+                     s->frames, max);
+            return SLUICE_ERR_FORMAT;
+        }
+        if (s->out_eof) {
+            size_t have = s->len - s->pos;
+            e = finish(s, err, errlen);
+            if (e != SLUICE_EOF || have == 0)
+                return e;
+            snprintf(err, errlen, "exec: %s: stdout ended inside frame %" PRIu64 " (%zu bytes)",
+                     s->cmd, s->frames, have);
+            return SLUICE_ERR_FORMAT;
+        }
+        if ((e = read_more(s, err, errlen)) != SLUICE_OK)
+            return e;
+    }
+    sluice_batch_free(s->batch);
+    s->batch = NULL;
+    free(s->frame);
+    s->frame = NULL;
+    if (flen > max) {
+        snprintf(err, errlen, "exec: %s: frame %" PRIu64 " of %zu bytes exceeds %zu", s->cmd,
+                 s->frames, flen, max);
+        return SLUICE_ERR_FORMAT;
+    }
+    /* A copy, so that the stdout buffer can move on while the batch's
+     * records point into the frame. */
+    if (!(s->frame = malloc(flen))) {
+        snprintf(err, errlen, "exec: %s: out of memory", s->cmd);
+        return SLUICE_ERR_NOMEM;
+    }
+    memcpy(s->frame, s->buf + s->pos, flen);
+    s->pos += flen;
+    char why[256];
+    e = sluicei_wire_decode(s->frame, flen, max, NULL, NULL, &s->batch, why, sizeof why);
+    if (e != SLUICE_OK) {
+        snprintf(err, errlen, "exec: %s: frame %" PRIu64 ": %s", s->cmd, s->frames, why);
+        return SLUICE_ERR_FORMAT;
+    }
+    s->frames++;
+    s->row = 0;
+    const sluice_batch *b = s->batch;
+    int kind = b->ntensors > 0 ? 2 : 1;
+    if (s->kind == 0 && kind == 2) {
+        if (b->ntensors > SLUICEI_READER_MAX_COLUMNS) {
+            snprintf(err, errlen, "exec: %s: frame 0 has %zu tensors (at most %d)", s->cmd,
+                     b->ntensors, SLUICEI_READER_MAX_COLUMNS);
+            return SLUICE_ERR_FORMAT;
+        }
+        size_t row = 0;
+        for (size_t i = 0; i < b->ntensors; i++) {
+            const sluice_tensor *t = &b->tensors[i];
+            sluicei_column *c = &s->cols[i];
+            snprintf(c->name, sizeof c->name, "%s", t->name);
+            c->dtype = t->dtype;
+            c->ndim = t->ndim - 1;
+            c->row_bytes = sluice_dtype_size(t->dtype);
+            for (int d = 1; d < t->ndim; d++) {
+                c->shape[d - 1] = t->shape[d];
+                c->row_bytes *= (size_t)t->shape[d];   /* bounded: the frame holds it */
+            }
+            row += c->row_bytes;
+        }
+        s->ncols = b->ntensors;
+        if (row > s->rowcap) {
+            unsigned char *nr = realloc(s->rowbuf, row);
+            if (!nr) {
+                snprintf(err, errlen, "exec: %s: out of memory", s->cmd);
+                return SLUICE_ERR_NOMEM;
+            }
+            s->rowbuf = nr;
+            s->rowcap = row;
+        }
+    }
+    if (s->kind == 0)
+        s->kind = kind;
+    if (kind != s->kind) {
+        snprintf(err, errlen, "exec: %s: frame %" PRIu64 " carries %s, the first one %s",
+                 s->cmd, s->frames - 1, kind == 2 ? "tensors" : "records",
+                 s->kind == 2 ? "tensors" : "records");
+        return SLUICE_ERR_FORMAT;
+    }
+    if (kind == 2) {
+        int same = b->ntensors == s->ncols;
+        for (size_t i = 0; same && i < b->ntensors; i++) {
+            const sluice_tensor *t = &b->tensors[i];
+            const sluicei_column *c = &s->cols[i];
+            same = strcmp(t->name, c->name) == 0 && t->dtype == c->dtype &&
+                   t->ndim == c->ndim + 1;
+            for (int d = 1; same && d < t->ndim; d++)
+                same = t->shape[d] == c->shape[d - 1];
+        }
+        if (!same) {
+            snprintf(err, errlen, "exec: %s: frame %" PRIu64 ": tensors differ from those of "
+                     "frame 0 (names, dtypes and row shapes must match)", s->cmd, s->frames - 1);
+            return SLUICE_ERR_FORMAT;
+        }
+    }
+    return SLUICE_OK;
+}
+
+static sluice_err next_msgpack(exec_source *s, sluice_record *rec, char *err, size_t errlen)
+{
+    for (;;) {
+        const sluice_batch *b = s->batch;
+        if (b && s->row < b->nrecords) {
+            if (s->kind == 1) {
+                *rec = b->records[s->row++];
+                return SLUICE_OK;
+            }
+            unsigned char *p = s->rowbuf;
+            for (size_t i = 0; i < s->ncols; i++) {
+                size_t rb = s->cols[i].row_bytes;
+                if (rb)
+                    memcpy(p, (const unsigned char *)b->tensors[i].data + s->row * rb, rb);
+                p += rb;
+            }
+            s->row++;
+            rec->data = s->rowbuf;
+            rec->len = (size_t)(p - s->rowbuf);
+            return SLUICE_OK;
+        }
+        sluice_err e = next_frame(s, err, errlen);
+        if (e != SLUICE_OK)
+            return e;
+    }
+}
+
+static sluice_err exec_next(sluicei_source *base, sluice_record *rec, char *err, size_t errlen)
+{
+    exec_source *s = (exec_source *)base;
+    if (s->pid == 0 && s->out_eof && s->pos == s->len && !s->batch)
+        return SLUICE_EOF;
+    return s->mode == SLUICEI_EXEC_MSGPACK ? next_msgpack(s, rec, err, errlen)
+                                           : next_framed(s, rec, err, errlen);
+}
+
+static const sluicei_column *exec_columns(sluicei_source *base, size_t *n)
+{
+    exec_source *s = (exec_source *)base;
+    *n = s->ncols;
+    return s->cols;
+}
+
+static const sluicei_reader_format exec_format = {
+    .name = "exec",
+    .summary = "records from a command's stdout",
+    .group = 1,
+    .next = exec_next,
+    .columns = exec_columns,
+    .close = exec_close,
+};
+
+/* Starts the command; on failure err says why. */
+static sluice_err spawn(exec_source *s, const char *line, char *err, size_t errlen)
+{
+    int out[2] = {-1, -1}, errp[2] = {-1, -1};
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "exec: pipe: %s", strerror(errno));
+        for (int i = 0; i < 2; i++) {
+            if (out[i] >= 0)
+                close(out[i]);
+            if (errp[i] >= 0)
+                close(errp[i]);
+        }
+        return SLUICE_ERR_SYS;
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+    posix_spawnattr_init(&attr);
+    /* Its own process group, so that close can kill what it started, and
+     * default signal handling whatever the producer did with SIGPIPE. */
+    sigset_t def;
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    sigaddset(&def, SIGINT);
+    sigaddset(&def, SIGTERM);
+    posix_spawnattr_setsigdefault(&attr, &def);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                        POSIX_SPAWN_SETSIGMASK);
+    char *argv[] = {"sh", "-c", (char *)line, NULL};
+    int rc = posix_spawn(&s->pid, "/bin/sh", &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(out[1]);
+    close(errp[1]);
+    if (rc != 0) {
+        s->pid = 0;
+        close(out[0]);
+        close(errp[0]);
+        snprintf(err, errlen, "exec: /bin/sh: %s", strerror(rc));
+        return SLUICE_ERR_SYS;
+    }
+    s->out_fd = out[0];
+    s->err_fd = errp[0];
+    return SLUICE_OK;
+}
+
+sluice_err sluicei_exec_open(sluicei_reader **out, const char *cmd, const char *const *paths,
+                             size_t npaths, uint64_t start, uint64_t end,
+                             sluicei_exec_mode mode, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (start > end) {
+        snprintf(err, errlen, "exec: bad range %" PRIu64 ":%" PRIu64, start, end);
+        return SLUICE_ERR_INVALID;
+    }
+    exec_source *s = calloc(1, sizeof *s);
+    char *line = NULL;
+    if (!s || !(s->cmd = strdup(cmd)) || !(line = expand(cmd, paths, npaths, start, end))) {
+        if (s)
+            free(s->cmd);
+        free(s);
+        snprintf(err, errlen, "exec: out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    s->base.fmt = &exec_format;
+    s->mode = mode;
+    s->out_fd = s->err_fd = -1;
+    sluice_err e = spawn(s, line, err, errlen);
+    free(line);
+    /* msgpack: the first frame tells the columns, which must be known
+     * once open returns. */
+    if (e == SLUICE_OK && mode == SLUICEI_EXEC_MSGPACK) {
+        e = next_frame(s, err, errlen);
+        if (e == SLUICE_EOF)
+            e = SLUICE_OK;   /* no frame at all: next() says EOF */
+    }
+    if (e != SLUICE_OK) {
+        exec_close(&s->base);
+        return e;
+    }
+    return sluicei_reader_adopt(out, &s->base, err, errlen);
+}

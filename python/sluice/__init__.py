@@ -1,0 +1,40 @@
+"""sluice: feed training from Redis. Python binding over libsluice.so (ctypes).
+
+    import sluice
+    with sluice.Consumer("redis://127.0.0.1:6379", "train") as c:
+        for epoch, batches in c.epochs():
+            for batch in batches:                  # one epoch
+                step(batch.tensors["image"], batch.tensors["label"])
+
+Consumer, Batch, Producer and the errors are documented on the classes;
+python/README.md has the lifetime rule of a batch's memory. sluice.torch
+holds a torch IterableDataset (PyTorch is imported only when it is used).
+"""
+import atexit
+
+from ._lib import Error, Timeout, EndOfEpoch, lib as _clib
+from ._consumer import Consumer, Batch, BatchId, HAVE_ACK
+from ._consumer import close_all as _close_consumers
+from ._producer import Producer
+from ._producer import close_all as _close_producers
+
+__all__ = ["Consumer", "Batch", "BatchId", "Producer", "Error", "Timeout", "EndOfEpoch",
+           "HAVE_ACK", "version", "library_path"]
+
+__version__ = _clib.sluice_version().decode()
+
+
+def version():
+    """SLUICE_VERSION of the loaded libsluice."""
+    return _clib.sluice_version().decode()
+
+
+def library_path():
+    """The file libsluice was loaded from."""
+    return _clib._name
+
+
+# At exit, hand back what open consumers hold at once (instead of after
+# their lease expires) and flush open producers.
+atexit.register(_close_producers)
+atexit.register(_close_consumers)
