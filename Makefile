@@ -31,11 +31,12 @@ HEADERS := common/include/sluice/common.h common/include/sluice/batch.h \
            consumer/include/sluice/consumer.h producer/include/sluice/producer.h \
            producer/include/sluice/transform.h
 
-PROGRAMS := $(BUILD)/sluice-producer $(BUILD)/sluice-consume $(BUILD)/sluice-ctl
+PROGRAMS := $(BUILD)/sluice-producer $(BUILD)/sluice-consume $(BUILD)/sluice-ctl \
+            $(BUILD)/sluice-trainer
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(BUILD)/unit-tests
 
-.PHONY: all deps test unit integration asan demo bench install uninstall clean
+.PHONY: all deps test unit integration asan valgrind demo bench install uninstall clean
 
 all: $(DEPS_OK) $(BUILD)/libsluice.a $(BUILD)/libsluice.so $(BUILD)/sluice.pc $(PROGRAMS)
 
@@ -137,6 +138,16 @@ test: unit
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
+# The integration tests whose assertions are not about time, with every
+# sluice program under valgrind memcheck: any error or leak fails them.
+VALGRIND_TESTS ?= exactly_once corrupt_tfrecord cli_errors redis_restart oom \
+                  consumer_garbage consumer_coordinated consumer_kill consumer_poison \
+                  job_exactly_once job_exec_fail job_manifest_error
+valgrind: unit
+	@scripts/install-deps.sh valgrind
+	@scripts/valgrind-tree.sh $(BUILD) $(BUILD)-valgrind
+	@BUILD=$(BUILD)-valgrind TEST_TIMEOUT=600 tests/run.sh $(VALGRIND_TESTS)
+
 demo: all
 	@BUILD=$(BUILD) scripts/demo.sh
 
@@ -157,7 +168,7 @@ uninstall:
 	rm -f $(PROGRAMS:$(BUILD)/%=$(DESTDIR)$(PREFIX)/bin/%)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-valgrind
 
 # ---- fuzzing ---------------------------------------------------------------
 # `make fuzz` runs every libFuzzer target for FUZZ_TIME seconds (clang), on a
@@ -182,7 +193,9 @@ $(BUILD)/fuzz/replay-%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(JOB_OBJ) $(REA
 
 unit: $(REPLAY_BIN)
 
-fuzz: $(DEPS_OK) $(FUZZ_BIN)
+fuzz: $(DEPS_OK)
+	@scripts/install-deps.sh clang libclang-rt-14-dev
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
 	@FUZZ_TIME=$(FUZZ_TIME) BUILD=$(BUILD) tests/fuzz/run.sh $(FUZZ_TARGETS)
 .PHONY: fuzz
 
