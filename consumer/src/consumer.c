@@ -1603,9 +1603,37 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
                              ? strtoll(j->element[1]->str, NULL, 10) : 0;
         if (open < 0 || open > UINT32_MAX)
             open = 0;
-        c->epoch = c->loop_epoch = (uint32_t)open;
-        /* The job ended before this consumer came: nothing to read. */
-        c->finished = epochs > 0 && open >= epochs;
+        /* epoch_open only says which epochs have their end posted; their
+         * lists may still hold batches nobody took yet. Start at the first
+         * epoch whose list holds more than its end marker. */
+        long long start = 0;
+        for (; start < open && start < epochs; start++) {
+            char list[SLUICE_MAX_KEY + 32], marker[32];
+            if (o->world > 0)
+                snprintf(list, sizeof list, "sluice:{%s}:ready:%lld:%d", c->queue, start, o->rank);
+            else
+                snprintf(list, sizeof list, "sluice:{%s}:ready:%lld", c->queue, start);
+            snprintf(marker, sizeof marker, "eof:%lld", start);
+            redisReply *l = NULL;
+            if (sluicei_conn_command(sc, &l, "LRANGE %s -2 -1", list) != SLUICE_OK) {
+                snprintf(errbuf, errlen, "%s", l && l->type == REDIS_REPLY_ERROR ? l->str : sc->errstr);
+                if (l)
+                    freeReplyObject(l);
+                e = SLUICE_ERR_IO;
+                goto out;
+            }
+            /* The consumer end of a list is its right: "-2 -1" is what comes
+             * next. Only the marker left means the epoch is drained. */
+            int drained = l->type == REDIS_REPLY_ARRAY &&
+                          (l->elements == 0 ||
+                           (l->elements == 1 && strcmp(l->element[0]->str, marker) == 0));
+            freeReplyObject(l);
+            if (!drained)
+                break;
+        }
+        c->epoch = c->loop_epoch = (uint32_t)start;
+        /* The job ended, and was drained, before this consumer came. */
+        c->finished = epochs > 0 && start >= epochs;
     }
     memcpy(c->sha, sc->script_sha, sizeof c->sha);
 out:

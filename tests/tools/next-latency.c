@@ -8,8 +8,9 @@
  * the existing queue Q with the producer API, then consumes them with a
  * consumer of prefetch P (4): between two calls it "trains" for U µs
  * (default 300, time for the background thread to refill the FIFO), and
- * times every next() + release(). Prints
+ * times every next() and every release(). Prints
  *   next_us median=<m> p90=<x> p99=<y> max=<z> n=<calls> waited=<calls that blocked>
+ *   release_us median=<m> p90=<x> p99=<y>
  * where waited counts the calls that found the FIFO empty (by the
  * consumer's blocked_us counter). Exit 0 on success, 1 on error. */
 #include <sluice/consumer.h>
@@ -83,8 +84,8 @@ int main(int argc, char **argv)
     }
     char *buf = calloc((size_t)rbytes + 1, 1);
     sluice_record *recs = calloc((size_t)nrec, sizeof *recs);
-    uint64_t *lat = calloc((size_t)n, sizeof *lat);
-    if (!buf || !recs || !lat) {
+    uint64_t *lat = calloc((size_t)n, sizeof *lat), *rel = calloc((size_t)n, sizeof *rel);
+    if (!buf || !recs || !lat || !rel) {
         fprintf(stderr, "next-latency: out of memory\n");
         return 1;
     }
@@ -115,9 +116,11 @@ int main(int argc, char **argv)
         sluice_batch *b;
         uint64_t t0 = now_ns();
         sluice_err e = sluice_consumer_next(c, &b, 5000);
+        uint64_t t1 = now_ns();
+        lat[i] = t1 - t0;
         if (e == SLUICE_OK)
             sluice_batch_release(b);
-        lat[i] = now_ns() - t0;
+        rel[i] = now_ns() - t1;
         if (e != SLUICE_OK) {
             fprintf(stderr, "next-latency: next: %s %s\n", sluice_strerror(e),
                     sluice_consumer_errstr(c));
@@ -131,6 +134,10 @@ int main(int argc, char **argv)
     printf("next_us median=%.2f p90=%.2f p99=%.2f max=%.2f n=%ld waited=%ld\n",
            (double)lat[n / 2] / 1e3, (double)lat[n * 9 / 10] / 1e3, (double)lat[n * 99 / 100] / 1e3,
            (double)lat[n - 1] / 1e3, n, waited);
+    qsort(rel, (size_t)n, sizeof *rel, cmp_u64);
+    printf("release_us median=%.2f p90=%.2f p99=%.2f\n", (double)rel[n / 2] / 1e3,
+           (double)rel[n * 9 / 10] / 1e3, (double)rel[n * 99 / 100] / 1e3);
+    free(rel);
     free(buf);
     free(recs);
     free(lat);

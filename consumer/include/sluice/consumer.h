@@ -2,9 +2,16 @@
  *
  *     sluice_consumer_opts o = { .redis_url = "redis://localhost:6379", .queue = "train" };
  *     sluice_consumer *c;
- *     if (sluice_consumer_open(&c, &o) != SLUICE_OK) { ... }
- *     sluice_batch *b;
- *     while (sluice_consumer_next(c, &b, 1000) == SLUICE_OK) {
+ *     char err[256];
+ *     if (sluice_consumer_open(&c, &o, err, sizeof err) != SLUICE_OK) { ... }
+ *     for (;;) {
+ *         sluice_batch *b;
+ *         sluice_err e = sluice_consumer_next(c, &b, -1);
+ *         if (e == SLUICE_EOF && sluice_consumer_finished(c))
+ *             break;                        // the job is done
+ *         if (e == SLUICE_EOF)
+ *             continue;                     // end of an epoch: the next one starts
+ *         if (e != SLUICE_OK) { ... sluice_consumer_errstr(c) ... }
  *         for (size_t i = 0; i < sluice_batch_num_records(b); i++)
  *             use(sluice_batch_record(b, i));
  *         sluice_batch_release(b);          // acknowledges the batch
@@ -13,11 +20,29 @@
  *
  * Delivery: a batch that next() returns is held in this consumer's pending
  * list in Redis until sluice_batch_release() acknowledges it; if the process
- * dies first, the batch stays there (it is not lost). Closing the consumer
- * hands every batch it still holds back to the queue at once.
+ * dies first, the batch stays there (it is not lost): once the consumer's
+ * lease (the queue's lease_ms) runs out, any other consumer hands it back
+ * to the queue and it is delivered again, with sluice_batch_deliveries()
+ * above 1. Closing the consumer hands every batch it still holds back to the
+ * queue at once.
  *
- * Thread-safety: a consumer is used by one thread at a time. Different
- * consumers are independent. */
+ * Prefetch: each consumer runs a background thread with its own event loop
+ * and two Redis connections. It keeps up to `prefetch` decoded batches
+ * ready, so next() returns in about a microsecond when the pipeline keeps
+ * up; it heartbeats the lease (every lease_ms/3, with the counters of
+ * sluice_consumer_stats, which `sluice-ctl` shows), reaps the batches of
+ * dead consumers (every lease_ms/2), and reconnects with backoff after a
+ * lost connection. Memory: at most prefetch batches ahead, plus those the
+ * caller holds; a batch's records point into the frame received from Redis
+ * (no copy).
+ *
+ * Thread-safety: next() is called by one thread at a time.
+ * sluice_batch_release(), sluice_consumer_stats_get(), _epoch(), _finished()
+ * and _id() may be called from any thread, also while another thread waits
+ * in next(). errstr() belongs to the thread that called next(). close() must
+ * not run concurrently with any other call on the consumer or on its
+ * batches. Different consumers are independent. The library's thread blocks
+ * every signal (so SIGPIPE from a socket Redis closed never reaches it). */
 #ifndef SLUICE_CONSUMER_H
 #define SLUICE_CONSUMER_H
 
@@ -36,8 +61,12 @@ typedef enum sluice_ack_mode {
      * until sluice_batch_release(); if the consumer dies, it goes to
      * another consumer once the lease expires. */
     SLUICE_ACK_EXPLICIT = 0,
-    /* At-most-once: a batch is removed from Redis as it is taken. Faster
-     * (no ack round trip), but the batches a dying consumer holds are lost. */
+    /* At-most-once: a batch is acknowledged in Redis as the background
+     * thread fetches it (the ack rides in the same round trip as the
+     * fetch), so no batch is ever delivered twice and release() only frees
+     * memory. The price: a consumer that dies loses every batch it holds,
+     * and close() discards the prefetched batches next() has not returned
+     * yet (up to prefetch); use prefetch 1 to keep that small. */
     SLUICE_ACK_NONE = 1,
 } sluice_ack_mode;
 
@@ -45,7 +74,7 @@ typedef struct sluice_consumer_opts {
     const char *redis_url;    /* redis://[user[:pass]@]host[:port][/db] or unix:///path[?db=N] */
     const char *queue;        /* an existing queue (sluice-ctl create) */
     size_t max_batch_bytes;   /* larger frames are refused; 0: SLUICE_MAX_BATCH_BYTES_DEFAULT */
-    int prefetch;             /* batches fetched per round trip and held ahead; 0: 4 */
+    int prefetch;             /* decoded batches held ready ahead of next(); 0: 4 */
     int connect_timeout_ms;   /* 0: SLUICE_CONNECT_TIMEOUT_MS_DEFAULT */
     int reconnect_timeout_ms; /* give up a lost connection after this long; 0: wait forever */
     const char *consumer_id;  /* NULL: a random id */
@@ -55,10 +84,15 @@ typedef struct sluice_consumer_opts {
     sluice_ack_mode ack_mode; /* SLUICE_ACK_EXPLICIT (default) or SLUICE_ACK_NONE */
 } sluice_consumer_opts;
 
-/* Connects and checks that the queue exists. On SLUICE_OK *out is a new
- * consumer owned by the caller (sluice_consumer_close()). On failure *out is
- * NULL; when errbuf is not NULL it receives the reason (errlen bytes,
- * NUL-terminated). o is not kept after the call. */
+/* Connects, checks that the queue exists and matches world (a coordinated
+ * queue of N ranks needs world == N and 0 <= rank < N; a free queue needs
+ * world 0), reads the job (the consumer starts at its first open epoch,
+ * epoch 0 without a job) and starts the background thread. On SLUICE_OK
+ * *out is a new consumer owned by the caller (sluice_consumer_close()). On
+ * failure *out is NULL; when errbuf is not NULL it receives the reason
+ * (errlen bytes, NUL-terminated): SLUICE_ERR_INVALID for bad options or a
+ * world/rank that does not fit the queue, SLUICE_ERR_NOQUEUE, SLUICE_ERR_IO,
+ * SLUICE_ERR_AUTH... o is not kept after the call. Thread-safe. */
 sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
                                 char *errbuf, size_t errlen);
 
@@ -67,28 +101,49 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
  * Epochs: the batches of a job come epoch by epoch. When every batch of the
  * consumer's current epoch has been taken, next() returns SLUICE_EOF once;
  * the following call starts the next epoch (sluice_consumer_epoch() tells
- * which). After the last epoch of the job, next() returns SLUICE_EOF for
- * good and sluice_consumer_finished() returns 1. A queue fed without a job
- * has a single epoch 0 that never ends.
+ * which). No batch of epoch e+1 is returned before the SLUICE_EOF of e, and
+ * the SLUICE_EOF comes within a round trip of the end of e being posted.
+ * After the last epoch of the job, next() returns SLUICE_EOF for good and
+ * sluice_consumer_finished() returns 1 (already right after the SLUICE_EOF
+ * of the last epoch). A queue fed without a job has a single epoch 0 that
+ * never ends. In a coordinated queue every rank gets the same number of
+ * batches per epoch; with the remainder policy "pad" some are padding
+ * copies (sluice_batch_is_padding()).
  *
  * On SLUICE_OK *out belongs to the caller until sluice_batch_release(); its
  * records and tensors point into the batch and are valid until then. On any
  * other result *out is NULL: SLUICE_ERR_TIMEOUT when nothing arrived in
- * time; SLUICE_ERR_IO when the connection was lost and not regained within
- * reconnect_timeout_ms. A lost connection is otherwise regained
- * transparently: the blocking read is issued again and no batch is lost.
- * A frame that fails validation is skipped and counted (see errstr). */
+ * time (errstr then says "reconnecting: ..." if Redis is out of reach);
+ * SLUICE_ERR_IO when the connection was lost and not regained within
+ * reconnect_timeout_ms (again on every call until it is regained; the
+ * library keeps trying); SLUICE_ERR_NOQUEUE when the queue was deleted;
+ * SLUICE_ERR_AUTH when Redis refused the credentials on a reconnect. A lost
+ * connection is otherwise regained transparently: the blocking read is
+ * issued again, unconfirmed acks are sent again and batches whose reply was
+ * lost are fetched again, so no batch is lost. A frame that fails
+ * validation is moved to the queue's dead-letter list with the reason,
+ * counted (stats.invalid) and described in errstr; next() goes on with the
+ * following batch. A batch this consumer already returned in the current
+ * epoch (a duplicate after a lease ran out) is acknowledged and dropped
+ * (stats.duplicates). */
 sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int timeout_ms);
 
 /* Acknowledges b and frees it: after the call b is no longer valid, nor is
- * anything its accessors returned. The acknowledgement is sent with the
- * next request to Redis (or at close). NULL is a no-op. */
+ * anything its accessors returned. The acknowledgement is queued for the
+ * background thread, which sends it with its next round trip (at the
+ * latest within 100 ms, or at close); release() itself makes no system
+ * call while batches flow. A batch of an at-most-once consumer, or one
+ * whose consumer was closed, is only freed. NULL is a no-op. */
 void sluice_batch_release(sluice_batch *b);
 
-/* Hands back every batch this consumer holds but has not acknowledged
- * (including ones the caller still has: they stay valid memory, but their
- * later release() sends no ack), flushes pending acks, disconnects and
- * frees c. NULL is a no-op. */
+/* Stops the background thread after it sent the queued acks and handed
+ * back every batch this consumer holds but has not acknowledged: the
+ * prefetched ones (their delivery is not counted) and the ones the caller
+ * still has (they stay valid memory, but their later release() only frees
+ * them). They are back in the queue at once, not after a lease timeout.
+ * When Redis cannot be reached for about 3 s, close() gives up and the
+ * batches come back once the lease runs out. Then disconnects and frees c.
+ * NULL is a no-op. */
 void sluice_consumer_close(sluice_consumer *c);
 
 typedef struct sluice_consumer_stats {
@@ -104,18 +159,22 @@ typedef struct sluice_consumer_stats {
     uint64_t epochs_ended;     /* SLUICE_EOF results for ended epochs */
 } sluice_consumer_stats;
 
-/* Copies the consumer's counters into *st. */
+/* Copies the consumer's counters into *st. Thread-safe. */
 void sluice_consumer_stats_get(const sluice_consumer *c, sluice_consumer_stats *st);
 
-/* The epoch the next batch comes from (the one in progress). */
+/* The epoch the next batch comes from (the one in progress): the job's
+ * first open epoch at open, one more after each SLUICE_EOF (so the job's
+ * number of epochs once it is finished). Thread-safe. */
 uint32_t sluice_consumer_epoch(const sluice_consumer *c);
 
-/* 1 once the job's last epoch has ended (next() then returns SLUICE_EOF
- * for good), else 0. */
+/* 1 once next() returned the SLUICE_EOF of the job's last epoch (or the
+ * job had ended before the consumer opened): next() then returns
+ * SLUICE_EOF for good; else 0. Thread-safe. */
 int sluice_consumer_finished(const sluice_consumer *c);
 
-/* The detail of the last failure on c (one line, owned by c, valid until
- * the next call on c); "" when none. */
+/* The detail of the last failure of next() on c, or of the last frame it
+ * sent to the dead letters (one line, owned by c, valid until the next call
+ * of next()); "" when none. */
 const char *sluice_consumer_errstr(const sluice_consumer *c);
 
 /* The id this consumer registered under in Redis (owned by c). */
