@@ -1,0 +1,474 @@
+#!/usr/bin/python3
+"""The driver of `make bench` (started by bench/run.sh, which owns the
+private redis-server). For each payload size it measures, interleaved in
+one run: the redis-benchmark limit, sluice end to end (acks on and
+at-most-once, 1x1 and 2x2), the Python peer (1x1 and 2x2), and the latency
+of next() on a pre-filled queue. It prints a markdown report and writes it
+to --out (bench/results.md). bench/README.md says what each number means.
+"""
+import argparse
+import datetime
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PY = "/usr/bin/python3"
+
+KIB, MIB = 1024, 1024 * 1024
+SIZES = [KIB, 64 * KIB, MIB, 4 * MIB]
+
+# Per payload size: batches per run of sluice (and of the peer), of
+# redis-benchmark, the consumer's prefetch, the producer's max_inflight,
+# and the next() latency run (batches, sleep before each next()).
+PARAMS = {
+    KIB: dict(count=40000, peer_count=12000, limit_count=200000, limit_count_p1=50000,
+              prefetch=64, inflight=16, lat_count=3000, lat_sleep_us=100),
+    64 * KIB: dict(count=4096, peer_count=4096, limit_count=8192, limit_count_p1=8192,
+                   prefetch=16, inflight=4, lat_count=1000, lat_sleep_us=300),
+    MIB: dict(count=256, peer_count=256, limit_count=512, limit_count_p1=512,
+              prefetch=4, inflight=2, lat_count=200, lat_sleep_us=3000),
+    4 * MIB: dict(count=64, peer_count=64, limit_count=128, limit_count_p1=128,
+                  prefetch=4, inflight=1, lat_count=60, lat_sleep_us=12000),
+}
+BUDGET_BYTES = 64 * MIB      # queue byte budget (sluice) = list budget (peer)
+BUDGET_BATCHES_MAX = 1024
+LIMIT_SETTINGS = [(1, 1), (1, 16)]   # redis-benchmark (-c, -P)
+IDLE_MS = 300                # a 2x2 consumer stops after this long without a batch
+RUN_TIMEOUT_S = 180
+
+
+def human(n):
+    return "%d KiB" % (n // KIB) if n < MIB else "%d MiB" % (n // MIB)
+
+
+def budget_batches(size):
+    return max(4, min(BUDGET_BATCHES_MAX, BUDGET_BYTES // size))
+
+
+def kv(line):
+    """key=value pairs of a tool's result line -> dict of ints."""
+    out = {}
+    for tok in line.split()[1:]:
+        k, _, v = tok.partition("=")
+        out[k] = int(v)
+    return out
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
+        self.url = "redis://127.0.0.1:%d" % a.port
+        self.nrun = 0
+
+    # ---- helpers --------------------------------------------------------
+    def cli(self, *args):
+        return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.a.port)] + list(args),
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    def ctl(self, *args):
+        subprocess.run([os.path.join(self.build, "sluice-ctl"), "--redis", self.url] + list(args),
+                       check=True, capture_output=True, text=True)
+
+    def redis_cpu_s(self):
+        """CPU seconds the server used so far (INFO cpu: getrusage, µs
+        resolution; /proc ticks are too coarse for short phases)."""
+        info = dict(line.split(":", 1) for line in self.cli("INFO", "cpu").splitlines()
+                    if ":" in line)
+        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+    def run_group(self, consumers, producers, until_idle=False):
+        """Starts the consumers, waits for each to print "ready", starts the
+        producers, waits for all (until_idle: then tells the consumers,
+        which run with --expect 0, to stop when idle); returns (consumer results, producer
+        results, redis CPU seconds) or raises RuntimeError."""
+        procs = []
+        try:
+            cons = []
+            for cmd in consumers:
+                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                procs.append(p)
+                cons.append(p)
+                if p.stdout.readline().strip() != "ready":
+                    raise RuntimeError("consumer did not start: %s" % p.communicate()[1].strip())
+            cpu0 = self.redis_cpu_s()
+            prods = []
+            for cmd in producers:
+                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                procs.append(p)
+                prods.append(p)
+            res = []
+            for p in prods + cons:
+                if until_idle and p is cons[0]:
+                    # Every batch is in Redis now: consumers may stop when idle.
+                    for c in cons:
+                        c.send_signal(signal.SIGUSR1)
+                out, err = p.communicate(timeout=RUN_TIMEOUT_S)
+                if p.returncode != 0:
+                    name = os.path.basename(p.args[1] if p.args[0] == PY else p.args[0])
+                    raise RuntimeError("%s exited %d: %s" % (name, p.returncode, err.strip()))
+                res.append(kv(out.strip().splitlines()[-1]))
+            cpu1 = self.redis_cpu_s()
+            return res[len(prods):], res[:len(prods)], cpu1 - cpu0
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+    @staticmethod
+    def summarize(cons, prods, redis_cpu, size, count_total):
+        payload = sum(c["payload"] for c in cons)
+        if payload != size * count_total:
+            raise RuntimeError("consumers got %d payload bytes (%d batches), producers pushed %d"
+                               % (payload, sum(c["batches"] for c in cons), size * count_total))
+        t0 = min(p["t0_us"] for p in prods)
+        t1 = max(c["t_last_us"] for c in cons)
+        secs = (t1 - t0) / 1e6
+        gb = payload / 1e9
+        return dict(
+            secs=secs,
+            bps=count_total / secs,
+            mbs=payload / secs / 1e6,
+            pcpu=sum(p["cpu_us"] for p in prods) / 1e6 / gb,
+            ccpu=sum(c["cpu_us"] for c in cons) / 1e6 / gb,
+            rcpu=redis_cpu / gb,
+            prss=max(p["maxrss_kb"] for p in prods) / 1024,
+            crss=max(c["maxrss_kb"] for c in cons) / 1024,
+            frame=max(c["frame_bytes"] / max(1, c["batches"]) for c in cons),
+        )
+
+    # ---- the three systems ----------------------------------------------
+    def limit_prefill(self, size):
+        """Fills `mylist` with as many values as any limit run pops, so no
+        RPOP finds it empty; each run pushes as many as it pops, so the
+        length stays. limit_done() deletes it."""
+        n = max(PARAMS[size]["limit_count"], PARAMS[size]["limit_count_p1"])
+        self.cli("DEL", "mylist")
+        subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.a.port), "-d", str(size),
+                        "-n", str(n), "-c", "1", "-P", "16" if size < 64 * KIB else "1",
+                        "-t", "lpush", "-q"], check=True, capture_output=True)
+        return True
+
+    def limit_done(self):
+        self.cli("DEL", "mylist")
+
+    def limit(self, size, nclients, pipeline):
+        """redis-benchmark LPUSH and RPOP of size-byte values, concurrently
+        on the pre-filled `mylist`. Returns pairs/s = min of the two rates."""
+        n = PARAMS[size]["limit_count" if pipeline > 1 else "limit_count_p1"]
+        base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.a.port),
+                "-d", str(size), "-n", str(n), "-c", str(nclients), "-P", str(pipeline), "--csv"]
+        cpu0 = self.redis_cpu_s()
+        ps = [subprocess.Popen(base + ["-t", t], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) for t in ("lpush", "rpop")]
+        rates = []
+        for p in ps:
+            out, err = p.communicate(timeout=RUN_TIMEOUT_S)
+            if p.returncode != 0:
+                raise RuntimeError("redis-benchmark: %s" % err.strip())
+            rates.append(float(out.strip().splitlines()[-1].split(",")[1].strip('"')))
+        cpu1 = self.redis_cpu_s()
+        pairs = min(rates)
+        return dict(bps=pairs, mbs=pairs * size / 1e6, push=rates[0], pop=rates[1],
+                    rcpu=(cpu1 - cpu0) / (n * size / 1e9))
+
+    def sluice(self, size, ack, np, nc):
+        pr = PARAMS[size]
+        self.nrun += 1
+        q = "bench%d" % self.nrun
+        self.ctl("create", q, "--max-batches", str(budget_batches(size)),
+                 "--max-bytes", str(BUDGET_BYTES))
+        try:
+            per = pr["count"] // np
+            cons = [[os.path.join(self.build, "bench-consume"), "--redis", self.url, "--queue", q,
+                     "--prefetch", str(pr["prefetch"]), "--ack", ack,
+                     "--expect", str(per * np if nc == 1 else 0), "--idle-ms", str(IDLE_MS)]
+                    for _ in range(nc)]
+            prods = [[os.path.join(self.build, "bench-produce"), "--redis", self.url, "--queue", q,
+                      "--size", str(size), "--count", str(per), "--inflight", str(pr["inflight"]),
+                      "--task", str(i + 1)] for i in range(np)]
+            c, p, rc = self.run_group(cons, prods, until_idle=nc > 1)
+            r = self.summarize(c, p, rc, size, per * np)
+            r["prefetch"] = pr["prefetch"]
+            return r
+        finally:
+            self.ctl("delete", q)
+
+    def peer(self, size, np, nc):
+        pr = PARAMS[size]
+        self.nrun += 1
+        key = "peer%d" % self.nrun
+        per = pr["peer_count"] // np
+        port = str(self.a.port)
+        cons = [[PY, os.path.join(HERE, "peer_consumer.py"), "--port", port, "--key", key,
+                 "--expect", str(per * np if nc == 1 else 0), "--idle-ms", str(IDLE_MS)]
+                for _ in range(nc)]
+        prods = [[PY, os.path.join(HERE, "peer_producer.py"), "--port", port, "--key", key,
+                  "--size", str(size), "--count", str(per), "--budget", str(budget_batches(size)),
+                  "--task", str(i + 1)] for i in range(np)]
+        try:
+            c, p, rc = self.run_group(cons, prods, until_idle=nc > 1)
+            return self.summarize(c, p, rc, size, per * np)
+        finally:
+            self.cli("DEL", key)
+
+    def latency(self, size):
+        """next() on a pre-filled queue with a sleep before each call."""
+        pr = PARAMS[size]
+        self.nrun += 1
+        q = "bench%d" % self.nrun
+        n = pr["lat_count"]
+        self.ctl("create", q, "--max-batches", str(n + 1), "--max-bytes", str((n + 1) * (size + 4096)))
+        try:
+            cpu0 = self.redis_cpu_s()
+            subprocess.run([os.path.join(self.build, "bench-produce"), "--redis", self.url,
+                            "--queue", q, "--size", str(size), "--count", str(n),
+                            "--inflight", str(pr["inflight"])], check=True, capture_output=True)
+            push_cpu = self.redis_cpu_s() - cpu0
+            c, _, pop_cpu = self.run_group([[os.path.join(self.build, "bench-consume"), "--redis",
+                                       self.url, "--queue", q, "--prefetch", str(pr["prefetch"]),
+                                       "--expect", str(n), "--latency-sleep-us",
+                                       str(pr["lat_sleep_us"]), "--latency-samples", str(n)]], [])
+            return dict(n=c[0]["lat_n"], waited=c[0]["lat_waited"], p50=c[0]["lat_p50_ns"] / 1e3,
+                        p99=c[0]["lat_p99_ns"] / 1e3, max=c[0]["lat_max_ns"] / 1e3,
+                        prefetch=pr["prefetch"], sleep=pr["lat_sleep_us"],
+                        push_us=push_cpu / n * 1e6, pop_us=pop_cpu / n * 1e6)
+        finally:
+            self.ctl("delete", q)
+
+
+# ---- the report -----------------------------------------------------------
+def median_run(runs):
+    """The run whose MB/s is the median of the repetitions (its other
+    figures come with it)."""
+    runs = sorted(runs, key=lambda r: r["mbs"])
+    return runs[(len(runs) - 1) // 2]
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def fmt(x, nd=0):
+    return "-" if x is None else ("%.*f" % (nd, x))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--redis-args", default="")
+    ap.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="one repetition, a quarter of the data")
+    a = ap.parse_args()
+    sizes = [int(s) for s in a.sizes.split(",")]
+    if a.quick:
+        a.reps = 1
+        for p in PARAMS.values():
+            for k in ("count", "peer_count", "limit_count", "limit_count_p1", "lat_count"):
+                p[k] = max(16, p[k] // 4)
+    b = Bench(a)
+    started = time.time()
+    load0 = loadavg()
+
+    rows = {}       # (size, name) -> list of runs
+    lat = {}
+    sluice_cfg = [("acks", "explicit", 1, 1), ("acks", "explicit", 2, 2),
+                  ("at-most-once", "none", 1, 1), ("at-most-once", "none", 2, 2)]
+    failures = []
+
+    def attempt(what, fn, *args):
+        """Runs one measurement; a failure (a tool's error, bytes lost) is
+        kept for the report and the run goes on."""
+        try:
+            return fn(*args)
+        except (RuntimeError, subprocess.SubprocessError, OSError, KeyError, ValueError) as e:
+            failures.append("%s %s: %s" % (human(args[0]), what, e))
+            print("   FAILED: %s" % failures[-1], file=sys.stderr, flush=True)
+            return None
+
+    def add(key, r):
+        rows.setdefault(key, [])
+        if r is not None:
+            rows[key].append(r)
+
+    for size in sizes:
+        print("== %s" % human(size), file=sys.stderr, flush=True)
+        for rep in range(a.reps):
+            if attempt("limit pre-fill", b.limit_prefill, size):
+                for c, pl in LIMIT_SETTINGS:
+                    setting = "-c %d -P %d" % (c, pl)
+                    add((size, "limit", setting), attempt("limit " + setting, b.limit, size, c, pl))
+                b.limit_done()
+            for label, ack, np_, nc in sluice_cfg:
+                topo = "%dx%d" % (np_, nc)
+                add((size, "sluice " + label, topo),
+                    attempt("sluice %s %s" % (label, topo), b.sluice, size, ack, np_, nc))
+            for np_, nc in ((1, 1), (2, 2)):
+                topo = "%dx%d" % (np_, nc)
+                add((size, "peer", topo), attempt("peer " + topo, b.peer, size, np_, nc))
+            print("   rep %d done (%.0f s)" % (rep + 1, time.time() - started), file=sys.stderr,
+                  flush=True)
+        r = attempt("next() latency", b.latency, size)
+        if r is not None:
+            lat[size] = r
+
+    load = (load0, loadavg())
+    report = render(a, sizes, rows, lat, time.time() - started, load, failures)
+    print(report)
+    with open(a.out, "w") as f:
+        f.write(report)
+    print("written to %s" % os.path.relpath(a.out, ROOT), file=sys.stderr)
+
+
+def render(a, sizes, rows, lat, elapsed, load, failures):
+    med = {k: median_run(v) for k, v in rows.items() if v}
+    out = []
+    w = out.append
+    redis_ver = subprocess.run(["redis-server", "--version"], capture_output=True,
+                               text=True).stdout.split()[2].replace("v=", "")
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    head = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    w("# sluice benchmark (`make bench`)\n")
+    w("- date: %s; run took %.0f s" % (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), elapsed))
+    w("- load average (1 min) at the start and the end: %s, %s%s"
+      % (load[0], load[1], "  **(other work shared the cores: absolute figures are low; the "
+         "ratios, measured side by side, hold better)**"
+         if max(float(load[0]), float(load[1])) > 1.0 + 0.25 * os.cpu_count() else ""))
+    w("- machine: %d cores (nproc), %s, Linux %s" % (os.cpu_count(), cpu, platform.release()))
+    w("- tree: %s%s" % (head, " (with uncommitted changes)" if dirty else ""))
+    w("- Redis %s, private server: `redis-server %s` on loopback TCP" % (redis_ver, a.redis_args.strip()))
+    w("- payload: one record per batch of the stated size; a sluice frame adds its header "
+      "(column `frame` below), the peer's msgpack map adds ~20 bytes")
+    w("- repetitions: %d, interleaved; each figure is the run with the median MB/s" % a.reps)
+    w("- budgets: %d MiB and min(%d, %d MiB / size) batches for the sluice queue; the peer's list "
+      "is held to the same batch count" % (BUDGET_BYTES // MIB, BUDGET_BATCHES_MAX, BUDGET_BYTES // MIB))
+    w("- MB = 10^6 bytes of payload; CPU s/GB = CPU seconds (user+sys, all threads) per 10^9 "
+      "payload bytes, summed over the processes of a role (the peer's from its first push / "
+      "its `ready`, so interpreter start-up is not billed); redis CPU from INFO cpu; RSS = peak "
+      "(VmHWM), max over the processes of a role")
+    w("")
+    w("| size | frame bytes | per-size settings | batches per run: sluice, peer, redis-benchmark "
+      "-P 16, -P 1 |")
+    w("|---|--:|---|---|")
+    for s in sizes:
+        p = PARAMS[s]
+        frame = max((v["frame"] for k, v in med.items() if k[0] == s and k[1].startswith("sluice")),
+                    default=0)
+        w("| %s | %s | prefetch %d, max_inflight %d, budget %d batches | %d, %d, %d, %d |"
+          % (human(s), "%.0f" % frame if frame else "-", p["prefetch"], p["inflight"], budget_batches(s), p["count"],
+             p["peer_count"], p["limit_count"], p["limit_count_p1"]))
+    w("")
+    w("## Throughput\n")
+    w("`limit` = redis-benchmark LPUSH and RPOP of the same value size run concurrently on "
+      "`mylist` (pre-filled so no RPOP finds it empty); pairs/s = min(push rate, pop rate). "
+      "`x limit` compares with the best limit setting; `x peer` with the peer of the same "
+      "topology (producers x consumers).\n")
+    w("| size | system | setting | batches/s | MB/s | x limit | x peer | prod CPU s/GB | "
+      "cons CPU s/GB | redis CPU s/GB | prod RSS MiB | cons RSS MiB |")
+    w("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+
+    def best(s, name):
+        c = [v for k, v in med.items() if k[0] == s and k[1] == name]
+        return max(c, key=lambda v: v["mbs"]) if c else None
+
+    def ratio(x, y):
+        return x["mbs"] / y["mbs"] if x and y else None
+
+    for s in sizes:
+        lim = best(s, "limit")
+        for k, v in sorted(med.items(), key=lambda kv_: kv_[0][1] != "limit"):
+            if k[0] != s:
+                continue
+            if k[1] == "limit":
+                w("| %s | limit | %s | %s | %s | %s | | | | %s | | |"
+                  % (human(s), k[2], fmt(v["bps"]), fmt(v["mbs"]), fmt(ratio(v, lim), 2),
+                     fmt(v["rcpu"], 2)))
+                continue
+            peer = med.get((s, "peer", k[2])) if k[1] != "peer" else None
+            w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+              % (human(s), k[1], k[2], fmt(v["bps"]), fmt(v["mbs"]), fmt(ratio(v, lim), 2),
+                 fmt(ratio(v, peer), 1), fmt(v["pcpu"], 2), fmt(v["ccpu"], 2), fmt(v["rcpu"], 2),
+                 fmt(v["prss"], 1), fmt(v["crss"], 1)))
+    w("")
+    w("## next() when the batch is already prefetched\n")
+    w("Pre-filled queue, acks on, a sleep before each next() so the prefetcher is ahead; calls "
+      "during which the consumer's blocked_us counter grew (it waited for Redis) are left out "
+      "and counted as `waited`.\n")
+    w("The same run splits the Redis server's CPU time per batch between the producer's "
+      "side (filling the queue: the push script) and the consumer's (draining it: take, "
+      "claim, HGET, ack), next to redis-benchmark's LPUSH+RPOP pair at its best setting.\n")
+    w("| size | prefetch | sleep µs | samples | waited | median µs | p99 µs | max µs | "
+      "redis µs/batch push | redis µs/batch consume | redis µs/pair limit |")
+    w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for s in sizes:
+        if s not in lat:
+            w("| %s | failed (see below) | | | | | | | | | |" % human(s))
+            continue
+        l_, lim = lat[s], best(s, "limit")
+        w("| %s | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %s |"
+          % (human(s), l_["prefetch"], l_["sleep"], l_["n"], l_["waited"], l_["p50"], l_["p99"],
+             l_["max"], l_["push_us"], l_["pop_us"], fmt(lim and lim["rcpu"] * s / 1e3, 1)))
+    w("")
+    w("## Targets\n")
+    w("sluice = acks on (the default), the better of 1x1 and 2x2; peer likewise; limit = the "
+      "best redis-benchmark setting.\n")
+    w("| target | measured | result |")
+    w("|---|---|---|")
+    for s in sizes:
+        sl, lim = best(s, "sluice acks"), best(s, "limit")
+        need = 0.5 if s < 64 * KIB else 0.8
+        r = ratio(sl, lim)
+        w("| %s: sluice >= %d%% of the limit | %s | %s |"
+          % (human(s), need * 100,
+             "%.0f%% (%.0f of %.0f MB/s)" % (r * 100, sl["mbs"], lim["mbs"]) if r else "no data",
+             "PASS" if r and r >= need else "MISS"))
+    for s in sizes:
+        if s not in (KIB, MIB):
+            continue
+        sl, pe = best(s, "sluice acks"), best(s, "peer")
+        r = ratio(sl, pe)
+        w("| %s: sluice >= 3x the peer | %s | %s |"
+          % (human(s), "%.1fx (%.0f vs %.0f MB/s)" % (r, sl["mbs"], pe["mbs"]) if r else "no data",
+             "PASS" if r and r >= 3 else "MISS"))
+    for s in sizes:
+        l_ = lat.get(s)
+        ok = l_ and l_["n"] and l_["p50"] < 10
+        w("| %s: next() median < 10 µs when prefetched | %s | %s |"
+          % (human(s), "%.1f µs (p99 %.1f)" % (l_["p50"], l_["p99"]) if l_ else "no data",
+             "PASS" if ok else "MISS"))
+    for s in sizes:
+        worst = max((v for k, v in med.items() if k[0] == s and k[1].startswith("sluice")),
+                    key=lambda v: v["crss"], default=None)
+        lim = worst and worst["prefetch"] * worst["frame"] / MIB + 16
+        w("| %s: consumer RSS <= prefetch x batch + 16 MiB | %s | %s |"
+          % (human(s), "%.1f MiB (limit %.1f)" % (worst["crss"], lim) if worst else "no data",
+             "PASS" if worst and worst["crss"] <= lim else "MISS"))
+    w("")
+    if failures:
+        w("## Failed measurements\n")
+        for f_ in failures:
+            w("- " + f_)
+        w("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""The peer's consumer: BLPOPs batches from the list the peer producer
+fills, unpacks each with msgpack and hands its records on (here: sums their
+lengths). Prints "ready", then, when --expect batches came (or, with
+--expect 0, at the first --idle-ms without one after SIGUSR1, which the
+driver sends once the producers are done), a line like bench-consume.
+"""
+import argparse
+import resource
+import signal
+import sys
+import time
+
+import msgpack
+import redis
+
+
+def peak_rss_kb():
+    """VmHWM of this process (ru_maxrss would include the parent's size:
+    Linux keeps it across execve)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_us():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return int((ru.ru_utime + ru.ru_stime) * 1e6)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--key", required=True)
+    ap.add_argument("--expect", type=int, default=0)
+    ap.add_argument("--idle-ms", type=int, default=500)
+    ap.add_argument("--start-ms", type=int, default=60000)
+    a = ap.parse_args()
+
+    done = []
+    signal.signal(signal.SIGUSR1, lambda *_: done.append(1))
+    r = redis.Redis(host="127.0.0.1", port=a.port)
+    r.ping()
+    print("ready", flush=True)
+    c0 = cpu_us()
+    n = payload = frames = 0
+    t_first = t_last = 0.0
+    while a.expect == 0 or n < a.expect:
+        got = r.blpop(a.key, timeout=(a.idle_ms if n else a.start_ms) / 1000.0)
+        if got is None:
+            if done or n == 0:
+                break
+            continue
+        batch = msgpack.unpackb(got[1])
+        for rec in batch["records"]:
+            payload += len(rec)
+        frames += len(got[1])
+        t_last = time.time()
+        if n == 0:
+            t_first = t_last
+        n += 1
+    if n == 0:
+        print("peer_consumer: no batch arrived", file=sys.stderr)
+        sys.exit(1)
+    print("consume batches=%d payload=%d frame_bytes=%d t_first_us=%d t_last_us=%d cpu_us=%d "
+          "maxrss_kb=%d" % (n, payload, frames, t_first * 1e6, t_last * 1e6, cpu_us() - c0,
+                            peak_rss_kb()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

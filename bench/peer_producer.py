@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""The peer's producer: what a user would write instead of sluice.
+
+Packs each batch with msgpack ({"id": [task, seq], "records": [bytes...]})
+and RPUSHes it to one Redis list with Debian's python3-redis. Backpressure
+polls: when the length RPUSH returns reaches the budget, it sleeps 1 ms and
+re-reads LLEN until the consumers made room. Prints one line of key=value
+pairs like bench-produce: t0_us/t1_us wall clock, maxrss_kb = VmHWM, cpu_us
+from getrusage counted from just before the first push (the interpreter's
+start-up is not billed).
+"""
+import argparse
+import os
+import resource
+import time
+
+import msgpack
+import redis
+
+
+def peak_rss_kb():
+    """VmHWM of this process (ru_maxrss would include the parent's size:
+    Linux keeps it across execve)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_us():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return int((ru.ru_utime + ru.ru_stime) * 1e6)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--key", required=True)
+    ap.add_argument("--size", type=int, required=True)
+    ap.add_argument("--count", type=int, required=True)
+    ap.add_argument("--records", type=int, default=1)
+    ap.add_argument("--budget", type=int, required=True, help="max batches in the list")
+    ap.add_argument("--task", type=int, default=1)
+    a = ap.parse_args()
+
+    r = redis.Redis(host="127.0.0.1", port=a.port)
+    payload = os.urandom(a.size)
+    each = a.size // a.records
+    records = [payload[i * each:(i + 1) * each] for i in range(a.records - 1)]
+    records.append(payload[(a.records - 1) * each:])
+
+    c0 = cpu_us()
+    t0 = time.time()
+    waits = 0
+    for seq in range(a.count):
+        frame = msgpack.packb({"id": [a.task, seq], "records": records})
+        n = r.rpush(a.key, frame)
+        while n >= a.budget:
+            waits += 1
+            time.sleep(0.001)
+            n = r.llen(a.key)
+    t1 = time.time()
+    print("produce batches=%d payload=%d t0_us=%d t1_us=%d cpu_us=%d maxrss_kb=%d full_waits=%d"
+          % (a.count, a.count * a.size, t0 * 1e6, t1 * 1e6, cpu_us() - c0,
+             peak_rss_kb(), waits), flush=True)
+
+
+if __name__ == "__main__":
+    main()
