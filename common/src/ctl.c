@@ -543,18 +543,18 @@ static long long hnum(const redisReply *h, const char *field)
     return v ? strtoll(v, NULL, 10) : 0;
 }
 
-/* Runs "CMD key [arg]" and returns its integer value, or -1 (printed). */
-static long long count_cmd(sluicei_conn *c, const char *cmd, const char *key, const char *arg)
+/* Runs "CMD key [arg]" and stores its integer value in *out (a nil reply,
+ * LPOS finding nothing: -1). Returns 0, or -1 after printing the error. */
+static int count_cmd(sluicei_conn *c, const char *cmd, const char *key, const char *arg,
+                     long long *out)
 {
     const char *argv[3] = {cmd, key, arg};
     redisReply *r = must(c, arg ? 3 : 2, argv);
     if (!r)
         return -1;
-    long long v = num_of(r);
-    if (r->type == REDIS_REPLY_NIL)
-        v = -2;   /* for LPOS: not there */
+    *out = r->type == REDIS_REPLY_NIL ? -1 : num_of(r);
     freeReplyObject(r);
-    return v;
+    return 0;
 }
 
 static redisReply *hgetall(sluicei_conn *c, const char *key)
@@ -608,20 +608,22 @@ static void qinfo_free(qinfo *in)
     free(in->ep);
 }
 
-/* Batches waiting in list key, not counting an end marker eof:<e>. */
-static long long list_batches(sluicei_conn *c, const char *key, long long e, int ended)
+/* Stores in *n the batches waiting in list key, not counting an end
+ * marker eof:<e>. Returns 0 or -1 (printed). */
+static int list_batches(sluicei_conn *c, const char *key, long long e, int ended, long long *n)
 {
-    long long n = count_cmd(c, "LLEN", key, NULL);
-    if (n > 0 && ended) {
+    if (count_cmd(c, "LLEN", key, NULL, n))
+        return -1;
+    if (*n > 0 && ended) {
         char marker[32];
+        long long pos;
         snprintf(marker, sizeof marker, "eof:%lld", e);
-        long long pos = count_cmd(c, "LPOS", key, marker);
-        if (pos == -1)
+        if (count_cmd(c, "LPOS", key, marker, &pos))
             return -1;
         if (pos >= 0)
-            n--;
+            (*n)--;
     }
-    return n;
+    return 0;
 }
 
 /* Fills the peers of kind (producers or consumers) from hash h. */
@@ -629,8 +631,10 @@ static int read_peers(sluicei_conn *c, qinfo *in, const redisReply *h, int produ
 {
     size_t n = h->elements / 2;
     peer *ps = calloc(n ? n : 1, sizeof *ps);
-    if (!ps)
+    if (!ps) {
+        fprintf(stderr, "sluice-ctl: out of memory\n");
         return -1;
+    }
     long long now = (long long)(sluicei_wall_us() / 1000u);
     for (size_t i = 0; i < n; i++) {
         peer *p = &ps[i];
@@ -645,7 +649,7 @@ static int read_peers(sluicei_conn *c, qinfo *in, const redisReply *h, int produ
         } else {
             p->extra = hget(in->crank, p->id);
             qkey(key, in->q, "pending:%s", p->id);
-            if ((p->pending = count_cmd(c, "LLEN", key, NULL)) < 0)
+            if (count_cmd(c, "LLEN", key, NULL, &p->pending))
                 goto fail;
             in->pending += p->pending;
             qkey(key, in->q, "cstats:%s", p->id);
@@ -684,7 +688,7 @@ static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
 #define COUNT(field, cmd, name)                               \
     do {                                                      \
         qkey(k, q, "%s", name);                               \
-        if ((in->field = count_cmd(c, cmd, k, NULL)) < 0)     \
+        if (count_cmd(c, cmd, k, NULL, &in->field))           \
             return EXIT_RUNTIME;                              \
     } while (0)
     HALL(meta, "meta");
@@ -723,8 +727,10 @@ static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
     in->epochs = in->job->elements ? hnum(in->job, "epochs") : 1;
     if (in->epochs < 1)
         in->epochs = 1;
-    if (!(in->ep = calloc((size_t)in->epochs, sizeof *in->ep)))
+    if (!(in->ep = calloc((size_t)in->epochs, sizeof *in->ep))) {
+        fprintf(stderr, "sluice-ctl: out of memory\n");
         return EXIT_RUNTIME;
+    }
     for (long long e = 0; e < in->epochs; e++) {
         epoch_info *x = &in->ep[e];
         char f[48];
@@ -744,17 +750,17 @@ static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
         if (in->ranks > 0) {
             for (long long r = 0; r < in->ranks; r++) {
                 qkey(k, q, "ready:%lld:%lld", e, r);
-                if ((n = list_batches(c, k, e, x->ended)) < 0)
+                if (list_batches(c, k, e, x->ended, &n))
                     return EXIT_RUNTIME;
                 x->ready += n;
             }
             qkey(k, q, "stage:%lld", e);
-            if ((n = count_cmd(c, "LLEN", k, NULL)) < 0)
+            if (count_cmd(c, "LLEN", k, NULL, &n))
                 return EXIT_RUNTIME;
             x->ready += n;
         } else {
             qkey(k, q, "ready:%lld", e);
-            if ((n = list_batches(c, k, e, x->ended)) < 0)
+            if (list_batches(c, k, e, x->ended, &n))
                 return EXIT_RUNTIME;
             x->ready += n;
         }
@@ -1126,7 +1132,10 @@ static int cmd_dead(sluicei_conn *c, const char *q, const char *action)
     sluicei_key(k_dead, q, "dead");
     sluicei_key(k_info, q, "deadinfo");
     sluicei_key(k_meta, q, "meta");
-    if (count_cmd(c, "EXISTS", k_meta, NULL) == 0) {
+    long long exists;
+    if (count_cmd(c, "EXISTS", k_meta, NULL, &exists))
+        return EXIT_RUNTIME;
+    if (!exists) {
         fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create %s)\n",
                 q, q);
         return EXIT_RUNTIME;

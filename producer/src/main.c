@@ -551,15 +551,21 @@ static const char *base_name(const char *p)
     return s && s[1] ? s + 1 : p;
 }
 
-/* "tfrecord shard-7.tfrecord records 0:5000" for progress and errors. */
+/* "tfrecord shard-7.tfrecord records 0:5000" for progress and errors: the
+ * task's range, its end as read when the task runs to the end of its
+ * paths (nread records read; none read: an open end). */
 static void describe_task(const sluice_task *t, uint64_t nread, int exec, char *out, size_t n)
 {
+    char end[24] = "";
+    if (t->end != UINT64_MAX)
+        snprintf(end, sizeof end, "%" PRIu64, t->end);
+    else if (nread)
+        snprintf(end, sizeof end, "%" PRIu64, t->start + nread);
     int k = snprintf(out, n, "%s %s", exec ? "exec" : t->reader, base_name(t->paths[0]));
     if (t->npaths > 1 && k > 0 && (size_t)k < n)
         k += snprintf(out + k, n - (size_t)k, " +%zu more", t->npaths - 1);
     if (k > 0 && (size_t)k < n)
-        snprintf(out + k, n - (size_t)k, " records %" PRIu64 ":%" PRIu64, t->start,
-                 t->start + nread);
+        snprintf(out + k, n - (size_t)k, " records %" PRIu64 ":%s", t->start, end);
 }
 
 /* The API reports a task lease lost to a reaper as SLUICE_ERR_IO with an
@@ -600,6 +606,9 @@ static int run_task(run *r, batch *b, sluice_task *t)
         sluicei_reader_close(rd);   /* kills an --exec command still running */
     }
     describe_task(t, nread, r->cf->exec_cmd != NULL, what, sizeof what);
+    /* A push cut short by the signal (a wait for room ends at once). */
+    if (o == OUT_PUSH_ERROR && stop_flag)
+        o = OUT_STOPPED;
 
     sluice_err e;
     switch (o) {
@@ -628,10 +637,10 @@ static int run_task(run *r, batch *b, sluice_task *t)
                 e == SLUICE_OK ? "handed back (shutting down)" : sluice_producer_errstr(r->p));
         return -1;
     case OUT_INPUT_ERROR:
-        e = sluice_producer_task_fail(r->p, t, r->err);
+        say(r, PROG ": task %s (%s) attempt %d failed: %s\n", key, what, t->attempt, r->err);
+        e = sluice_producer_task_fail(r->p, t, r->err);   /* frees t */
         if (e == SLUICE_OK)
             r->tasks_failed++;
-        say(r, PROG ": task %s (%s) attempt %d failed: %s\n", key, what, t->attempt, r->err);
         return e == SLUICE_OK || lease_lost(r->p) ? 0 : EXIT_RUNTIME;
     case OUT_PUSH_ERROR:
         break;
@@ -639,10 +648,6 @@ static int run_task(run *r, batch *b, sluice_task *t)
     /* A push failed (r->push_err). */
     char why[1024];
     snprintf(why, sizeof why, "%s", sluice_producer_errstr(r->p));
-    if (stop_flag) {
-        sluice_producer_task_release(r->p, t);
-        return -1;
-    }
     if (lease_lost(r->p)) {
         sluice_producer_task_release(r->p, t);   /* only frees it: it is not ours */
         r->tasks_lost++;

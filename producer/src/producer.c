@@ -789,7 +789,7 @@ void sluice_producer_close(sluice_producer *p)
         sluice_producer_task_release(p, p->task_held);   /* not left to the reaper */
     if (p->conn && p->used > 0)
         settle(p, 0);
-    if (p->conn && p->conn->ctx && p->beat_ms != 0)
+    if (p->conn && p->conn->ctx)
         beat(p, 0);   /* the final counters, for sluice-ctl info */
     sluicei_conn_close(p->conn);
     for (int i = 0; i < p->nslots; i++)
