@@ -11,7 +11,7 @@ CC      ?= cc
 PKGS      := hiredis libevent msgpack
 DEPS_OK   := $(BUILD)/.deps-ok
 BASE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -D_GNU_SOURCE \
-               -Icommon/include -Iconsumer/include -Iproducer/include -Icommon/src
+               -Icommon/include -Iconsumer/include -Iproducer/include -Icommon/src -Iproducer/src
 ALL_CFLAGS  = $(BASE_CFLAGS) $(SAN) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
 LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz -ldl
 ALL_LDFLAGS = $(SAN) $(LDFLAGS)

@@ -136,6 +136,9 @@ local function epoch_end(e)
   redis.call('HSET', job, 'epoch_open', open)
   if open >= tonumber(redis.call('HGET', job, 'epochs')) then
     redis.call('HSET', job, 'state', 'finished')
+    -- Producers waiting for a task learn at once that none will come.
+    redis.call('LPUSH', pre .. 'task_wake', 1)
+    redis.call('LTRIM', pre .. 'task_wake', 0, 15)
   end
   wake_producers()
 end

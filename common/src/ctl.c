@@ -3,7 +3,7 @@
 #include "conn.h"
 #include "proto.h"
 /* The manifest parser lives with the readers it checks paths against. */
-#include "../../producer/src/manifest.h"
+#include "manifest.h"
 
 #include <errno.h>
 #include <getopt.h>

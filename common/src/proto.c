@@ -125,7 +125,7 @@ sluice_err sluicei_script_load(sluicei_conn *c)
     return SLUICE_OK;
 }
 
-#define MAX_SCRIPT_ARGS 16
+#define MAX_SCRIPT_ARGS 32
 
 static sluice_err build_call(sluicei_conn *c, const char *verb, const char *body, const char *q,
                              int argc, const char **argv, const size_t *argvlen,
