@@ -16,6 +16,8 @@
 #include <sluice/producer.h>
 
 #include "checksum.h"
+#include "metrics.h"
+#include "proto.h"
 #include "reader.h"
 #include "transform.h"
 
@@ -23,6 +25,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +44,10 @@
 #define KEEPALIVE_MS 1000
 /* --follow: pause between claims while the queue has no job to work on. */
 #define FOLLOW_POLL_MS 1000
+/* --metrics-addr: how often the queue's depth is read from Redis, and the
+ * timeouts of that connection (short: closing waits for a read under way). */
+#define METRICS_REFRESH_MS 1000
+#define METRICS_REDIS_TIMEOUT_MS 2000
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -123,6 +130,13 @@ static void usage(FILE *f)
             "                     pushed; checksum: sum mod 2^64 of the FNV-1a 64 hash of\n"
             "                     every record pushed, or of every tensor's data buffer)\n"
             "  --quiet            no progress, no per-task lines, no final report on stderr\n"
+            "  --metrics-addr HOST:PORT\n"
+            "                     serve Prometheus metrics on http://HOST:PORT/metrics\n"
+            "                     (batches and bytes pushed, seconds blocked by\n"
+            "                     backpressure, tasks done and failed, reconnects, the\n"
+            "                     queue's depth) and 200 \"ok\" on /healthz; e.g.\n"
+            "                     0.0.0.0:9100 (every address), 127.0.0.1:9100, [::1]:9100.\n"
+            "                     docs/OBSERVE.md lists the metrics.\n"
             "  --help             this text\n"
             "\n"
             "Files mode: a corrupt or truncated file stops the run: the batches before the\n"
@@ -254,7 +268,7 @@ static int batch_add(batch *b, const sluice_record *r)
 /* ---- run state ------------------------------------------------------- */
 
 typedef struct config {
-    const char *url, *queue, *format, *exec_cmd, *transform, *producer_id;
+    const char *url, *queue, *format, *exec_cmd, *transform, *producer_id, *metrics_addr;
     sluicei_exec_mode exec_mode;
     long batch_size, inflight, lease_ms;
     int summary, quiet, follow;
@@ -275,9 +289,30 @@ static void counts_add(counts *to, const counts *c)
     to->sum += c->sum;
 }
 
+/* What --metrics-addr serves, shared by three threads. The main thread
+ * stores the producer's counters after every push and task (publish());
+ * the server thread renders them on a scrape; the refresher thread reads,
+ * on a Redis connection of its own, the queue's depth and budgets and the
+ * blocked time this producer published in pstats:<id>. That last one
+ * matters while a push waits for room: the wait happens inside the
+ * producer API, which keeps counting (and publishing, every second) but
+ * does not return to us until room comes. */
+typedef struct pmetrics {
+    const char *url, *queue;
+    char id[SLUICE_MAX_PRODUCER_ID + 1];
+    atomic_int id_set;                   /* id is written (release/acquire) */
+    _Atomic uint64_t batches, bytes, duplicates, full_waits, blocked_us, reconnects;
+    _Atomic uint64_t tasks_done, tasks_failed;
+    _Atomic uint64_t redis_blocked_us;   /* pstats:<id> blocked_us as last read */
+    _Atomic int64_t depth, qbytes, max_batches, max_bytes;   /* -1: not read yet */
+    atomic_int redis_up;                 /* the last refresh reached Redis */
+    sluicei_conn *conn;                  /* refresher thread only; closed by main */
+} pmetrics;
+
 typedef struct run {
     const config *cf;
     sluice_producer *p;
+    pmetrics *pm;              /* NULL without --metrics-addr */
     sluicei_transform *tf;
     int tty;
     double t0, last_progress;
@@ -316,6 +351,24 @@ static void say(run *r, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
+}
+
+/* Stores the producer's counters for the metrics endpoint. */
+static void publish(run *r)
+{
+    pmetrics *pm = r->pm;
+    if (!pm || !r->p)
+        return;
+    sluice_producer_stats st;
+    sluice_producer_stats_get(r->p, &st);
+    atomic_store(&pm->batches, st.batches);
+    atomic_store(&pm->bytes, st.bytes);
+    atomic_store(&pm->duplicates, st.duplicates);
+    atomic_store(&pm->full_waits, st.full_waits);
+    atomic_store(&pm->blocked_us, st.blocked_us);
+    atomic_store(&pm->reconnects, st.reconnects);
+    atomic_store(&pm->tasks_done, st.tasks_done);
+    atomic_store(&pm->tasks_failed, st.tasks_failed);
 }
 
 enum outcome {
@@ -426,6 +479,7 @@ static enum outcome emit(run *r, batch *b, const sluicei_column *cols, size_t nc
     counts_add(c, &one);
     counts_add(&r->live, &one);
     r->last_push = mono_s();
+    publish(r);
     progress(r, 0);
     return OUT_DONE;
 }
@@ -527,6 +581,7 @@ static int run_files(run *r, batch *b)
     int flushed = 0;
     if (!push_failed) {
         flushed = sluice_producer_flush(r->p) == SLUICE_OK;
+        publish(r);
         push_failed = !flushed;
     }
     if (push_failed)
@@ -680,9 +735,11 @@ static int run_job(run *r, batch *b)
     for (;;) {
         sluice_task *t = NULL;
         sluice_err e = sluice_producer_task_claim(r->p, &t, -1, (int)cf->lease_ms);
+        publish(r);
         if (e == SLUICE_OK) {
             said_waiting = 0;
             int k = run_task(r, b, t);
+            publish(r);
             if (k == -1)
                 break;
             if (k != 0) {
@@ -718,6 +775,152 @@ static int run_job(run *r, batch *b)
                " tasks=%" PRIu64 "\n", r->total.records, r->total.batches, r->total.bytes,
                r->total.sum, r->tasks_done);
     return rc;
+}
+
+/* ---- metrics (--metrics-addr) -------------------------------------------- */
+
+/* Runs a command whose reply is an integer, a decimal string or nil (-1).
+ * Returns 0, or -1 when the command failed. */
+static int redis_int(sluicei_conn *c, int argc, const char **argv, int64_t *out)
+{
+    redisReply *r = NULL;
+    sluice_err e = sluicei_conn_commandargv(c, &r, argc, argv, NULL);
+    int rc = -1;
+    if (e == SLUICE_OK) {
+        rc = 0;
+        if (r->type == REDIS_REPLY_INTEGER)
+            *out = r->integer;
+        else if (r->type == REDIS_REPLY_STRING)
+            *out = strtoll(r->str, NULL, 10);
+        else
+            *out = -1;
+    }
+    if (r)
+        freeReplyObject(r);
+    return rc;
+}
+
+/* Refresher thread, every METRICS_REFRESH_MS: the queue's depth, bytes and
+ * budgets, and this producer's published blocked time. A failure only
+ * shows as sluice_producer_metrics_redis_up 0: the producer itself reports
+ * what is wrong with Redis. */
+static void pm_refresh(void *arg)
+{
+    pmetrics *pm = arg;
+    char err[512];
+    if (!pm->conn) {
+        if (sluicei_conn_open(&pm->conn, pm->url, METRICS_REDIS_TIMEOUT_MS,
+                              METRICS_REDIS_TIMEOUT_MS, err, sizeof err) != SLUICE_OK) {
+            atomic_store(&pm->redis_up, 0);
+            return;
+        }
+    } else if (!pm->conn->ctx &&
+               sluicei_conn_reconnect(pm->conn, sluicei_now_ms() + METRICS_REDIS_TIMEOUT_MS,
+                                      NULL) != SLUICE_OK) {
+        atomic_store(&pm->redis_up, 0);
+        return;
+    }
+    char k_meta[SLUICE_MAX_KEY], k_dlv[SLUICE_MAX_KEY], k_bytes[SLUICE_MAX_KEY];
+    char k_pstats[SLUICE_MAX_KEY + SLUICE_MAX_PRODUCER_ID + 8];
+    sluicei_key(k_meta, pm->queue, "meta");
+    /* dlv holds one entry per batch the queue holds (queued or delivered
+     * and not yet acknowledged): the depth the budgets count. */
+    sluicei_key(k_dlv, pm->queue, "dlv");
+    sluicei_key(k_bytes, pm->queue, "bytes");
+    int64_t maxn = -1, maxb = -1, depth = -1, bytes = -1, blocked = -1;
+    const char *a_maxn[3] = {"HGET", k_meta, "max_batches"};
+    const char *a_maxb[3] = {"HGET", k_meta, "max_bytes"};
+    const char *a_depth[2] = {"HLEN", k_dlv};
+    const char *a_bytes[2] = {"GET", k_bytes};
+    int ok = redis_int(pm->conn, 3, a_maxn, &maxn) == 0 &&
+             redis_int(pm->conn, 3, a_maxb, &maxb) == 0 &&
+             redis_int(pm->conn, 2, a_depth, &depth) == 0 &&
+             redis_int(pm->conn, 2, a_bytes, &bytes) == 0;
+    if (ok && atomic_load_explicit(&pm->id_set, memory_order_acquire)) {
+        char name[SLUICE_MAX_PRODUCER_ID + 8];
+        snprintf(name, sizeof name, "pstats:%s", pm->id);
+        sluicei_key(k_pstats, pm->queue, name);
+        const char *a_blocked[3] = {"HGET", k_pstats, "blocked_us"};
+        ok = redis_int(pm->conn, 3, a_blocked, &blocked) == 0;
+        if (ok && blocked >= 0)
+            atomic_store(&pm->redis_blocked_us, (uint64_t)blocked);
+    }
+    if (ok) {
+        atomic_store(&pm->max_batches, maxn);
+        atomic_store(&pm->max_bytes, maxb);
+        atomic_store(&pm->depth, depth);
+        atomic_store(&pm->qbytes, bytes < 0 ? 0 : bytes);
+    }
+    atomic_store(&pm->redis_up, ok);
+}
+
+/* Server thread, on each scrape: atomics only. */
+static void pm_render(sluicei_mtext *t, void *arg)
+{
+    pmetrics *pm = arg;
+    const char *id = atomic_load_explicit(&pm->id_set, memory_order_acquire) ? pm->id : NULL;
+    const char *const lab[] = {"queue", pm->queue, "producer", id, NULL};
+    uint64_t blocked = atomic_load(&pm->blocked_us);
+    uint64_t published = atomic_load(&pm->redis_blocked_us);
+    /* During a wait for room only Redis has the current figure. */
+    if (published > blocked)
+        blocked = published;
+    const struct {
+        const char *name, *type, *help;
+        double v;
+    } rows[] = {
+        {"sluice_producer_batches_pushed_total", "counter",
+         "Batches this producer stored in the queue (pushes dropped as duplicates not counted).",
+         (double)atomic_load(&pm->batches)},
+        {"sluice_producer_bytes_pushed_total", "counter",
+         "Frame bytes of the batches this producer stored in the queue.",
+         (double)atomic_load(&pm->bytes)},
+        {"sluice_producer_duplicates_total", "counter",
+         "Pushes Redis dropped because the batch id was queued or acknowledged already.",
+         (double)atomic_load(&pm->duplicates)},
+        {"sluice_producer_backpressure_seconds_total", "counter",
+         "Seconds this producer waited for room in the queue (backpressure: the consumers are "
+         "slower).",
+         (double)blocked / 1e6},
+        {"sluice_producer_backpressure_waits_total", "counter",
+         "Pushes that found the queue at its budget and waited for room.",
+         (double)atomic_load(&pm->full_waits)},
+        {"sluice_producer_tasks_done_total", "counter", "Tasks of the job this producer completed.",
+         (double)atomic_load(&pm->tasks_done)},
+        {"sluice_producer_tasks_failed_total", "counter",
+         "Task attempts of this producer that failed (reader, command or transform error).",
+         (double)atomic_load(&pm->tasks_failed)},
+        {"sluice_producer_reconnects_total", "counter",
+         "Times this producer regained a lost Redis connection.",
+         (double)atomic_load(&pm->reconnects)},
+        {"sluice_producer_metrics_redis_up", "gauge",
+         "1 when the metrics thread's last read of the queue from Redis succeeded, else 0.",
+         (double)atomic_load(&pm->redis_up)},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        sluicei_mtext_family(t, rows[i].name, rows[i].type, rows[i].help);
+        sluicei_mtext_sample(t, rows[i].name, lab, rows[i].v);
+    }
+    /* The queue's figures, read from Redis every second (none until the
+     * first read succeeded). Labelled by queue only: every producer of the
+     * queue reports the same values. */
+    const char *const qlab[] = {"queue", pm->queue, NULL};
+    const struct {
+        const char *name, *help;
+        int64_t v;
+    } gauges[] = {
+        {"sluice_queue_depth_batches",
+         "Batches the queue holds (queued or delivered, not yet acknowledged).",
+         atomic_load(&pm->depth)},
+        {"sluice_queue_max_batches", "The queue's batch budget.", atomic_load(&pm->max_batches)},
+        {"sluice_queue_bytes", "Frame bytes the queue holds.", atomic_load(&pm->qbytes)},
+        {"sluice_queue_max_bytes", "The queue's byte budget.", atomic_load(&pm->max_bytes)},
+    };
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
+        sluicei_mtext_family(t, gauges[i].name, "gauge", gauges[i].help);
+        if (gauges[i].v >= 0)
+            sluicei_mtext_sample(t, gauges[i].name, qlab, (double)gauges[i].v);
+    }
 }
 
 /* ---- flags --------------------------------------------------------------- */
@@ -758,7 +961,7 @@ static int parse_flags(int argc, char **argv, config *cf)
         static const char *const valued[] = {"--redis",     "--queue",     "--format",
                                              "--batch-size", "--inflight", "--lease-ms",
                                              "--exec",      "--exec-format", "--transform",
-                                             "--id"};
+                                             "--id",        "--metrics-addr"};
         const char *val = NULL, *name = NULL;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !name; k++) {
             size_t kl = strlen(valued[k]);
@@ -813,6 +1016,11 @@ static int parse_flags(int argc, char **argv, config *cf)
             if (!*val || strlen(val) > 64)
                 return usage_error("--id must be 1 to 64 bytes");
             cf->producer_id = val;
+        } else if (strcmp(name, "--metrics-addr") == 0) {
+            char err[512];
+            if (sluicei_metrics_addr_check("--metrics-addr", val, err, sizeof err) != SLUICE_OK)
+                return usage_error("%s", err);
+            cf->metrics_addr = val;
         }
     }
 
@@ -889,9 +1097,29 @@ int main(int argc, char **argv)
     char err[1024];
     r.tty = isatty(STDERR_FILENO);
     r.t0 = r.last_progress = mono_s();
+    /* The metrics port is bound before anything else: a port in use fails
+     * the start, before any connection or task. */
+    pmetrics pm = {.url = cf.url, .queue = cf.queue};
+    sluicei_metrics *ms = NULL;
+    if (cf.metrics_addr) {
+        atomic_init(&pm.depth, -1);
+        atomic_init(&pm.qbytes, -1);
+        atomic_init(&pm.max_batches, -1);
+        atomic_init(&pm.max_bytes, -1);
+        sluicei_metrics_opts mo = {.addr = cf.metrics_addr, .render = pm_render,
+                                   .refresh = pm_refresh, .refresh_ms = METRICS_REFRESH_MS,
+                                   .arg = &pm};
+        if (sluicei_metrics_open(&ms, &mo, err, sizeof err) != SLUICE_OK) {
+            fprintf(stderr, PROG ": --metrics-addr: %s\n", err);
+            free(cf.files);
+            return EXIT_RUNTIME;
+        }
+        r.pm = &pm;
+    }
     if (cf.transform &&
         sluicei_transform_open(&r.tf, cf.transform, err, sizeof err) != SLUICE_OK) {
         fprintf(stderr, PROG ": %s\n", err);
+        sluicei_metrics_close(ms);
         free(cf.files);
         return EXIT_RUNTIME;
     }
@@ -905,10 +1133,16 @@ int main(int argc, char **argv)
     sluice_err e = sluice_producer_open(&r.p, &o, err, sizeof err);
     if (e != SLUICE_OK) {
         fprintf(stderr, PROG ": %s\n", err);
+        sluicei_metrics_close(ms);
+        sluicei_conn_close(pm.conn);
         sluicei_transform_close(r.tf);
         free(cf.files);
         /* A malformed --redis URL or queue name is a usage error. */
         return e == SLUICE_ERR_INVALID ? EXIT_USAGE : EXIT_RUNTIME;
+    }
+    if (r.pm) {
+        snprintf(pm.id, sizeof pm.id, "%s", sluice_producer_id(r.p));
+        atomic_store_explicit(&pm.id_set, 1, memory_order_release);
     }
     batch b = {0};
     if (batch_resize(&b, cf.nfiles ? (size_t)cf.batch_size : 1) != 0) {
@@ -943,6 +1177,9 @@ int main(int argc, char **argv)
         fputc('\n', stderr);
     }
     batch_free(&b);
+    /* The threads end before what they read goes. */
+    sluicei_metrics_close(ms);
+    sluicei_conn_close(pm.conn);
     sluice_producer_close(r.p);
     sluicei_transform_close(r.tf);
     free(cf.files);
