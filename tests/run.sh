@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the unit tests ($BUILD/unit-tests) and then every integration test
-# (tests/integration/*.sh; files starting with "_" are helpers, not tests).
+# Runs the unit tests ($BUILD/unit-tests), then every integration test
+# (tests/integration/*.sh) and fault scenario (tests/faults/*.sh; files
+# starting with "_" are helpers, not tests).
 # Ends with one line "N passed, N failed" (unit cases + integration tests)
 # and exits non-zero when anything failed.
 #
@@ -53,11 +54,15 @@ fi
 
 log=$(mktemp "${TMPDIR:-/tmp}/sluice-run.XXXXXX")
 trap 'rm -f "$log"' EXIT
-echo "== integration tests"
+# The fault scenarios (tests/faults) run here too, as "faults/NAME", with
+# one seed for the whole run (printed: FAULT_SEED=N replays it).
+export FAULT_SEED=${FAULT_SEED:-$(( (RANDOM << 15 | RANDOM) % 1000000 ))}
+echo "== integration tests and fault scenarios (FAULT_SEED=$FAULT_SEED)"
 shopt -s nullglob
-for t in tests/integration/*.sh; do
+for t in tests/integration/*.sh tests/faults/*.sh; do
     name=$(basename "$t" .sh)
-    [[ $name == _* ]] && continue
+    [[ $name == _* || $t == tests/faults/run.sh ]] && continue
+    [[ $t == tests/faults/* ]] && name=faults/$name
     if ((${#filters[@]})); then
         match=0
         for f in "${filters[@]}"; do [[ $name == *"$f"* ]] && match=1; done

@@ -203,11 +203,13 @@ static sluice_err parse_line(parser *p, char *line)
                               SLUICE_OK)
         e = fail(p, SLUICE_ERR_INVALID, "%s", rerr);
 
-    /* The record count is needed to split, and checks a range cheaply when
-     * the format counts cheaply. */
+    /* The record count is needed to split, and to check a range: a range
+     * past the data must fail here, at submit, not later in every producer
+     * that claims the task. Formats without a cheap count (tfrecord, lines)
+     * are scanned once. */
     uint64_t total = 0;
     int counted = 0;
-    if (e == SLUICE_OK && (have_split || (have_range && fmt->count))) {
+    if (e == SLUICE_OK && (have_split || have_range)) {
         e = sluicei_reader_count(reader, (const char *const *)paths, npaths, &total, rerr,
                                  sizeof rerr);
         if (e != SLUICE_OK)

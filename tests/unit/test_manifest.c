@@ -94,7 +94,7 @@ static void test_forms(void)
              "\n"
              "   lines a.txt\n"
              "lines\ta.txt  b.txt records=2:5\n"
-             "tfrecord %s/a.txt records=3:\n"
+             "lines %s/a.txt records=3:\n"
              "fixed:10 f.bin records=:4   # trailing words are paths, so no comments here\n",
              dir);
     CHECK(parse(text, &s, &n, err, sizeof err) == SLUICE_ERR_INVALID);
@@ -105,7 +105,7 @@ static void test_forms(void)
              "\n"
              "   lines a.txt\n"
              "lines\ta.txt  b.txt records=2:5\r\n"
-             "tfrecord %s/a.txt records=3:\n"
+             "lines %s/a.txt records=3:\n"
              "fixed:10 f.bin records=:4\n"
              "idx img.idx lab.idx\n"
              "files jpegs b.txt\n",
@@ -122,13 +122,32 @@ static void test_forms(void)
           s[0].end == UINT64_MAX && strcmp(s[0].paths[0], abs_of("a.txt")) == 0);
     CHECK(s[1].npaths == 2 && s[1].start == 2 && s[1].end == 5 &&
           strcmp(s[1].paths[1], abs_of("b.txt")) == 0);
-    CHECK(strcmp(s[2].reader, "tfrecord") == 0 && s[2].start == 3 && s[2].end == UINT64_MAX);
+    CHECK(strcmp(s[2].reader, "lines") == 0 && s[2].start == 3 && s[2].end == UINT64_MAX);
     CHECK(strcmp(s[3].reader, "fixed:10") == 0 && s[3].start == 0 && s[3].end == 4);
     CHECK(strcmp(s[4].reader, "idx") == 0 && s[4].npaths == 2 &&
           strcmp(s[4].paths[1], abs_of("lab.idx")) == 0);
     CHECK(strcmp(s[5].reader, "files") == 0 && strcmp(s[5].paths[0], abs_of("jpegs")) == 0);
     sluicei_shards_free(s, n);
     sluicei_shards_free(NULL, 0);
+    teardown();
+}
+
+/* A range past the data fails at submit, also for formats that must be
+ * scanned to be counted. */
+static void test_range_past_end(void)
+{
+    sluicei_shard *s;
+    size_t n;
+    char err[512];
+    setup();
+    CHECK(parse("lines a.txt\nlines a.txt records=0:1000\n", &s, &n, err, sizeof err) ==
+          SLUICE_ERR_INVALID);
+    CHECK(strstr(err, "m.txt:2: bad range 0:1000: the paths hold 7") != NULL);
+    CHECK(parse("lines a.txt records=20:30\n", &s, &n, err, sizeof err) == SLUICE_ERR_INVALID);
+    CHECK(strstr(err, "m.txt:1: bad range 20:30") != NULL);
+    CHECK(parse("lines a.txt records=0:7\n", &s, &n, err, sizeof err) == SLUICE_OK);
+    if (n == 1)
+        sluicei_shards_free(s, n);
     teardown();
 }
 
@@ -283,6 +302,7 @@ static void test_taskdef(void)
 
 const struct test manifest_tests[] = {
     {"manifest/every form of a line", test_forms},
+    {"manifest/range past the end", test_range_past_end},
     {"manifest/split=N", test_split},
     {"manifest/errors name the line", test_errors},
     {"manifest/paths relative to the manifest", test_relative_manifest},

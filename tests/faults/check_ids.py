@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""Checks what the consumers of a fault scenario received against the job.
+
+usage: check_ids.py --port P --queue Q --epochs E --batches N0,N1,...
+                    [--exact] [--killed FILE]... [FILE]...
+
+FILE / --killed FILE: the stdout of one sluice-consume --print-ids process
+(or of slow_consume.py, or of tests/tools/hold)
+(--killed: one that was killed with -9; its output may end anywhere).
+--batches: batches per shard (task), shard 0 first, the same every epoch.
+
+Checked, and each printed:
+  * every batch id e:t:s of the job (E epochs x shards x batches) was
+    delivered to some consumer, and no other id was;
+  * every one of them is acknowledged in Redis (its bit in acked:<e>:<t>);
+  * an id delivered more than once: its delivery counts are distinct, and
+    every delivery but the last went to a killed consumer (a batch it held
+    unacknowledged), so the application saw the duplicate flagged with
+    deliveries >= 2; with --exact no id may arrive twice at all;
+  * Redis holds nothing of the job any more: no pending list, no dead
+    letter, and the job is finished (the caller checks with sluice-ctl
+    info that no batch is stored).
+Exit 0 when all hold, 1 (with every failure explained) otherwise.
+"""
+import argparse
+import re
+import sys
+
+import redis
+
+# sluice-consume --print-ids and slow_consume.py lines; tests/tools/hold
+# prints them without the padding field.
+LINE = re.compile(r"^id (\d+):(\d+):(\d+) deliveries=(\d+)( padding=[01])?$")
+
+
+def read_ids(path, killed, got, bad):
+    """Adds path's deliveries to got: id -> [(deliveries, path, killed)]."""
+    n = 0
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.startswith("id "):
+                continue   # epoch=/records= summary lines
+            m = LINE.match(line)
+            if not m:
+                bad.append("%s: malformed line %r" % (path, line))
+                continue
+            e, t, s, d = (int(m.group(i)) for i in range(1, 5))
+            got.setdefault((e, t, s), []).append((d, path, killed))
+            n += 1
+    return n
+
+
+def where(r, q, ident):
+    """Says where a missing batch is in Redis, for the failure message."""
+    pre = "sluice:{%s}:" % q
+    bits = []
+    if r.exists(pre + "b:" + ident):
+        bits.append("its frame is still stored (b:%s)" % ident)
+    dlv = r.hget(pre + "dlv", ident)
+    if dlv is not None:
+        bits.append("deliveries=%s" % dlv.decode())
+    info = r.hget(pre + "deadinfo", ident)
+    if info is not None:
+        bits.append("dead-lettered: %s" % info.decode())
+    for key in r.scan_iter(match=pre + "*", count=1000):
+        k = key.decode()
+        if r.type(key) == b"list" and r.lpos(key, ident) is not None:
+            bits.append("in list %s" % k[len(pre):])
+    e, t = ident.split(":")[:2]
+    task = "%s:%s" % (e, t)
+    bits.append("task %s: tbatches=%s tattempts=%s terr=%s" % (
+        task, r.hget(pre + "tbatches", task), r.hget(pre + "tattempts", task),
+        r.hget(pre + "terr", task)))
+    return "; ".join(bits)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--queue", required=True)
+    ap.add_argument("--epochs", type=int, required=True)
+    ap.add_argument("--batches", required=True)
+    ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--killed", action="append", default=[])
+    ap.add_argument("files", nargs="*")
+    a = ap.parse_args()
+    per_shard = [int(x) for x in a.batches.split(",")]
+    q = a.queue
+    pre = "sluice:{%s}:" % q
+    r = redis.Redis(host="127.0.0.1", port=a.port)
+
+    got, bad = {}, []
+    lines = 0
+    for path in a.files:
+        lines += read_ids(path, False, got, bad)
+    for path in a.killed:
+        lines += read_ids(path, True, got, bad)
+    fails = list(bad)
+
+    expected = [(e, t, s) for e in range(a.epochs)
+                for t, nb in enumerate(per_shard) for s in range(nb)]
+    exp_set = set(expected)
+    fmt = lambda k: "%d:%d:%d" % k
+
+    missing = [k for k in expected if k not in got]
+    for k in missing[:10]:
+        fails.append("id %s never delivered (%s)" % (fmt(k), where(r, q, fmt(k))))
+    if len(missing) > 10:
+        fails.append("... and %d more ids never delivered" % (len(missing) - 10))
+    extra = sorted(k for k in got if k not in exp_set)
+    for k in extra[:10]:
+        fails.append("id %s delivered but not part of the job" % fmt(k))
+
+    # Acknowledged: one GETBIT per id, pipelined.
+    p = r.pipeline(transaction=False)
+    for e, t, s in expected:
+        p.getbit(pre + "acked:%d:%d" % (e, t), s)
+    unacked = [k for k, b in zip(expected, p.execute()) if b != 1]
+    for k in unacked[:10]:
+        fails.append("id %s not acknowledged (%s)" % (fmt(k), where(r, q, fmt(k))))
+    if len(unacked) > 10:
+        fails.append("... and %d more ids not acknowledged" % (len(unacked) - 10))
+
+    dups = flagged = redelivered = 0
+    for k, occ in sorted(got.items()):
+        redelivered += sum(1 for d, _, _ in occ if d >= 2)
+        if len(occ) == 1:
+            continue
+        dups += len(occ) - 1
+        occ.sort()
+        ds = [d for d, _, _ in occ]
+        desc = ", ".join("deliveries=%d in %s%s" % (d, p_, " (killed)" if kl else "")
+                         for d, p_, kl in occ)
+        if a.exact:
+            fails.append("id %s delivered %d times: %s" % (fmt(k), len(occ), desc))
+        elif len(set(ds)) != len(ds):
+            fails.append("id %s delivered twice with the same count: %s" % (fmt(k), desc))
+        elif not all(kl for _, _, kl in occ[:-1]):
+            fails.append("id %s: a duplicate not explained by a killed consumer: %s"
+                         % (fmt(k), desc))
+        else:
+            flagged += len(occ) - 1
+
+    per_epoch = []
+    for e in range(a.epochs):
+        want = sum(per_shard)
+        have = sum(1 for k in expected if k[0] == e and k in got)
+        per_epoch.append("epoch %d: %d/%d ids" % (e, have, want))
+
+    # Nothing of the job left behind (the batches still stored are counted
+    # by the caller, through sluice-ctl info).
+    pend = [k.decode() for k in r.scan_iter(match=pre + "pending:*") if r.llen(k)]
+    if pend:
+        fails.append("pending lists left: %s" % ", ".join(
+            "%s (%d)" % (k[len(pre):], r.llen(k)) for k in pend))
+    if r.llen(pre + "dead"):
+        fails.append("%d dead letters: %s" % (r.llen(pre + "dead"), [
+            x.decode() for x in r.hvals(pre + "deadinfo")][:5]))
+    state = r.hget(pre + "job", "state")
+    if state != b"finished":
+        fails.append("job state %r, not finished" % state)
+
+    print("checked %d delivery lines from %d consumers (%d killed): %s; "
+          "%d duplicate deliveries, %d of them flagged (deliveries>=2, earlier copy held by a "
+          "killed consumer); %d deliveries with deliveries>=2; all %d ids acknowledged: %s"
+          % (lines, len(a.files) + len(a.killed), len(a.killed), ", ".join(per_epoch),
+             dups, flagged, redelivered, len(expected), "yes" if not unacked else "NO"))
+    for f in fails:
+        print("FAIL: " + f)
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
