@@ -22,11 +22,15 @@ READER_SRC := producer/src/reader.c $(wildcard producer/src/readers/*.c) produce
 # Jobs: manifests (which count records through the readers) and --transform
 # plugins; linked into sluice-producer, sluice-ctl and the unit tests.
 JOB_SRC := producer/src/manifest.c producer/src/transform.c
+# The Prometheus endpoint (evhttp on a thread of its own) of
+# sluice-producer --metrics-addr and sluice-ctl metrics; not in libsluice.
+METRICS_SRC := common/src/metrics.c
 LUA_SCRIPTS := create delete push take claim ack requeue reap beat dead deadadmin \
                submit task_claim task_renew task_done task_fail
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/lua_scripts.o
 READER_OBJ := $(READER_SRC:%.c=$(BUILD)/%.o)
 JOB_OBJ := $(JOB_SRC:%.c=$(BUILD)/%.o)
+METRICS_OBJ := $(METRICS_SRC:%.c=$(BUILD)/%.o)
 HEADERS := common/include/sluice/common.h common/include/sluice/batch.h \
            consumer/include/sluice/consumer.h producer/include/sluice/producer.h \
            producer/include/sluice/transform.h
@@ -70,13 +74,15 @@ $(BUILD)/sluice.pc: sluice.pc.in Makefile
 	@mkdir -p $(BUILD)
 	$(PC_SUBST) > $@
 
-$(BUILD)/sluice-producer: $(BUILD)/producer/src/main.o $(JOB_OBJ) $(READER_OBJ) $(BUILD)/libsluice.a
+$(BUILD)/sluice-producer: $(BUILD)/producer/src/main.o $(METRICS_OBJ) $(JOB_OBJ) $(READER_OBJ) \
+                          $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
 $(BUILD)/sluice-consume: $(BUILD)/consumer/src/consume.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
-$(BUILD)/sluice-ctl: $(BUILD)/common/src/ctl.o $(JOB_OBJ) $(READER_OBJ) $(BUILD)/libsluice.a
+$(BUILD)/sluice-ctl: $(BUILD)/common/src/ctl.o $(METRICS_OBJ) $(JOB_OBJ) $(READER_OBJ) \
+                     $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
 # The example trainer (examples/trainer, the demo's ranks), linked with the
@@ -134,6 +140,13 @@ unit: $(BUILD)/dump-idx $(BUILD)/examples/libupper.so
 # private redis-server; ends with "N passed, N failed".
 test: unit
 	@BUILD=$(BUILD) tests/run.sh
+
+# The fault suite (tests/faults/run.sh): kill -9 of producers and consumers,
+# Redis killed, its clients dropped, put to sleep, at maxmemory; each
+# scenario on a private redis-server. FAULT_SEED=N replays a run's choices.
+test-faults: unit
+	@BUILD=$(BUILD) tests/faults/run.sh
+.PHONY: test-faults
 
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test

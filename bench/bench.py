@@ -25,14 +25,17 @@ SIZES = [KIB, 64 * KIB, MIB, 4 * MIB]
 # Per payload size: batches per run of sluice (and of the peer), of
 # redis-benchmark, the consumer's prefetch, the producer's max_inflight,
 # and the next() latency run (batches, sleep before each next()).
+# Small batches want many in flight: the producer sends up to 64 batches
+# (or 1 MiB) per transaction and keeps two transactions going, the consumer
+# takes up to `prefetch` ids per round trip.
 PARAMS = {
-    KIB: dict(count=40000, peer_count=12000, limit_count=200000, limit_count_p1=50000,
-              prefetch=64, inflight=16, lat_count=3000, lat_sleep_us=100),
-    64 * KIB: dict(count=4096, peer_count=4096, limit_count=8192, limit_count_p1=8192,
-                   prefetch=16, inflight=4, lat_count=1000, lat_sleep_us=300),
-    MIB: dict(count=256, peer_count=256, limit_count=512, limit_count_p1=512,
+    KIB: dict(count=100000, peer_count=12000, limit_count=200000, limit_count_p1=50000,
+              prefetch=256, inflight=128, lat_count=3000, lat_sleep_us=100),
+    64 * KIB: dict(count=8192, peer_count=4096, limit_count=8192, limit_count_p1=8192,
+                   prefetch=32, inflight=32, lat_count=1000, lat_sleep_us=300),
+    MIB: dict(count=512, peer_count=256, limit_count=512, limit_count_p1=512,
               prefetch=4, inflight=2, lat_count=200, lat_sleep_us=3000),
-    4 * MIB: dict(count=64, peer_count=64, limit_count=128, limit_count_p1=128,
+    4 * MIB: dict(count=128, peer_count=64, limit_count=128, limit_count_p1=128,
                   prefetch=4, inflight=1, lat_count=60, lat_sleep_us=12000),
 }
 BUDGET_BYTES = 64 * MIB      # queue byte budget (sluice) = list budget (peer)
@@ -413,8 +416,8 @@ def render(a, sizes, rows, lat, elapsed, load, failures):
       "during which the consumer's blocked_us counter grew (it waited for Redis) are left out "
       "and counted as `waited`.\n")
     w("The same run splits the Redis server's CPU time per batch between the producer's "
-      "side (filling the queue: the push script) and the consumer's (draining it: take, "
-      "claim, HGET, ack), next to redis-benchmark's LPUSH+RPOP pair at its best setting.\n")
+      "side (filling the queue: MSET and the push script) and the consumer's (draining it: take, "
+      "claim, GET, ack), next to redis-benchmark's LPUSH+RPOP pair at its best setting.\n")
     w("| size | prefetch | sleep µs | samples | waited | median µs | p99 µs | max µs | "
       "redis µs/batch push | redis µs/batch consume | redis µs/pair limit |")
     w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")

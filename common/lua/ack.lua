@@ -1,16 +1,46 @@
 #!lua flags=allow-oom
--- ack: ARGV cid, id, epoch, task, seq. Returns 1, or 0 when the consumer
--- no longer held the id (its lease expired and the batch was handed on).
+-- ack: ARGV cid, then id, epoch, task, seq of each batch acknowledged.
+-- Forgets every one of them that the consumer still held (one whose lease
+-- ran out and that went to another consumer is left alone); returns how
+-- many it forgot.
 --! include lib
-if redis.call('LREM', pre .. 'pending:' .. ARGV[1], -1, ARGV[2]) == 0 then
-  return 0
+local pending = pre .. 'pending:' .. ARGV[1]
+local keys, ids, ep = {}, {}, {}
+local n, bytes = 0, 0
+-- Bits to set, one BITFIELD per run of one task's batches.
+local bm, set, c = nil, nil, 0
+local function flush_bits()
+  if c > 0 then
+    redis.call('BITFIELD', bm, unpack(set))
+    redis.call('SADD', pre .. 'bitmaps', bm)
+  end
 end
-local size = forget(ARGV[2])
-local bm = pre .. 'acked:' .. ARGV[3] .. ':' .. ARGV[4]
-redis.call('SETBIT', bm, ARGV[5], 1)
-redis.call('SADD', pre .. 'bitmaps', bm)
-redis.call('HINCRBY', pre .. 'stats', 'acked', 1)
-redis.call('HINCRBY', pre .. 'stats', 'acked_bytes', size)
-redis.call('HINCRBY', pre .. 'estats', ARGV[3] .. ':acked', 1)
+local laste, lastt
+for i = 2, #ARGV, 4 do
+  local id, e, t = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if redis.call('LREM', pending, '-1', id) == 1 then
+    n = n + 1
+    keys[n], ids[n] = pre .. 'b:' .. id, id
+    bytes = bytes + redis.call('STRLEN', keys[n])
+    if e ~= laste or t ~= lastt then
+      flush_bits()
+      laste, lastt = e, t
+      bm, set, c = pre .. 'acked:' .. e .. ':' .. t, {}, 0
+    end
+    set[c + 1], set[c + 2], set[c + 3], set[c + 4] = 'SET', 'u1', ARGV[i + 3], '1'
+    c = c + 4
+    ep[e] = (ep[e] or 0) + 1
+  end
+end
+if n == 0 then return 0 end
+flush_bits()
+redis.call('UNLINK', unpack(keys))
+redis.call('HDEL', pre .. 'dlv', unpack(ids))
+redis.call('DECRBY', pre .. 'bytes', bytes)
+redis.call('HINCRBY', pre .. 'stats', 'acked', n)
+redis.call('HINCRBY', pre .. 'stats', 'acked_bytes', bytes)
+for e, k in pairs(ep) do
+  redis.call('HINCRBY', pre .. 'estats', e .. ':acked', k)
+end
 wake_producers()
-return 1
+return n

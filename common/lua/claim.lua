@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
--- claim: ARGV cid, id, now_ms, epoch, rank. Counts a delivery of an id
--- that BLMOVE moved into the consumer's pending list and returns the
--- count; an end marker goes back to its list (for the other consumers) and
--- returns 0.
+-- claim: ARGV cid, id, now_ms, epoch, rank. For an id that BLMOVE moved
+-- into the consumer's pending list: registers the consumer and returns the
+-- id's delivery count, this one included; an end marker goes back to its
+-- list (for the other consumers) and returns 0.
 --! include lib
 redis.call('HSET', pre .. 'consumers', ARGV[1], ARGV[3])
 if ARGV[5] ~= '' then redis.call('HSET', pre .. 'crank', ARGV[1], ARGV[5]) end
@@ -11,4 +11,5 @@ if string.sub(ARGV[2], 1, 4) == 'eof:' then
   redis.call('RPUSH', ready_key(ARGV[4], ARGV[5]), ARGV[2])
   return 0
 end
-return redis.call('HINCRBY', pre .. 'dlv', ARGV[2], 1)
+-- dlv counts the deliveries that ended without an acknowledgement.
+return tonumber(redis.call('HGET', pre .. 'dlv', ARGV[2]) or '0') + 1

@@ -4,16 +4,19 @@
 -- delivery count reset; purge deletes them. Returns how many.
 --! include lib
 local ids = redis.call('LRANGE', pre .. 'dead', 0, -1)
-if ARGV[1] == 'requeue' then
-  local ranks = tonumber(redis.call('HGET', meta, 'ranks') or '0')
-  for _, id in ipairs(ids) do
-    local frame = redis.call('HGET', pre .. 'deaddata', id)
-    if frame then
-      redis.call('HSET', pre .. 'data', id, frame)
-      redis.call('INCRBY', pre .. 'bytes', string.len(frame))
-      redis.call('RPUSH', requeue_list(id, ranks > 0 and '0' or nil), id)
-    end
+local ranks = tonumber(redis.call('HGET', meta, 'ranks') or '0')
+for _, id in ipairs(ids) do
+  local src = pre .. 'deadb:' .. id
+  -- An id pushed anew since it died is queued already: only its old frame goes.
+  if ARGV[1] == 'requeue' and redis.call('EXISTS', src) == 1 and
+     redis.call('HEXISTS', pre .. 'dlv', id) == 0 then
+    redis.call('INCRBY', pre .. 'bytes', redis.call('STRLEN', src))
+    redis.call('RENAME', src, pre .. 'b:' .. id)
+    redis.call('HSET', pre .. 'dlv', id, '0')
+    redis.call('RPUSH', requeue_list(id, ranks > 0 and '0' or nil), id)
+  else
+    redis.call('DEL', src)
   end
 end
-redis.call('DEL', pre .. 'dead', pre .. 'deadinfo', pre .. 'deaddata')
+redis.call('DEL', pre .. 'dead', pre .. 'deadinfo')
 return #ids

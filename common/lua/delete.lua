@@ -21,8 +21,18 @@ for e = 0, epochs - 1 do
   del(pre .. 'stage:' .. e)
   for r = 0, ranks - 1 do del(ready_key(e, r)) end
 end
-for _, s in ipairs({'data', 'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'crank',
-                    'producers', 'bitmaps', 'dead', 'deadinfo', 'deaddata', 'job', 'taskdef',
+-- Frames: of every batch held, of every dead letter, and of pushes whose
+-- script never ran (a MULTI whose EVALSHA found no script).
+for _, id in ipairs(redis.call('HKEYS', pre .. 'dlv')) do del(pre .. 'b:' .. id) end
+for _, id in ipairs(redis.call('LRANGE', pre .. 'dead', 0, -1)) do del(pre .. 'deadb:' .. id) end
+local cursor = '0'
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', pre .. 'in:*', 'COUNT', '1000')
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do del(k) end
+until cursor == '0'
+for _, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'crank',
+                    'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'taskdef',
                     'tasks', 'tlease', 'towner', 'tattempts', 'terr', 'tbatches', 'failed',
                     'edone', 'eof', 'task_wake'}) do
   del(pre .. s)

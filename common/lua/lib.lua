@@ -5,8 +5,8 @@ local pre = string.sub(meta, 1, -5)
 local job = pre .. 'job'
 
 local function wake_producers()
-  redis.call('LPUSH', pre .. 'room', 1)
-  redis.call('LTRIM', pre .. 'room', 0, 15)
+  redis.call('LPUSH', pre .. 'room', '1')
+  redis.call('LTRIM', pre .. 'room', '0', '15')
 end
 
 -- The list a batch of epoch e waits in: one per epoch, or one per epoch
@@ -18,27 +18,30 @@ local function ready_key(e, rank)
   return pre .. 'ready:' .. e
 end
 
--- Removes a batch from the queue (data, delivery count, byte budget).
+-- Removes a batch from the queue (frame, delivery count, byte budget).
 local function forget(id)
-  local size = redis.call('HSTRLEN', pre .. 'data', id)
-  redis.call('HDEL', pre .. 'data', id)
+  local b = pre .. 'b:' .. id
+  local size = redis.call('STRLEN', b)
+  redis.call('UNLINK', b)
   redis.call('HDEL', pre .. 'dlv', id)
   redis.call('DECRBY', pre .. 'bytes', size)
   return size
 end
 
--- Moves a batch to the dead-letter list with its reason.
+-- Moves a batch to the dead-letter list with its reason; its frame is
+-- kept as deadb:<id>.
 local function dead_letter(id, reason, now)
-  local frame = redis.call('HGET', pre .. 'data', id)
+  local b = pre .. 'b:' .. id
   local size = 0
-  if frame then
-    size = string.len(frame)
-    redis.call('HSET', pre .. 'deaddata', id, frame)
+  if redis.call('EXISTS', b) == 1 then
+    size = redis.call('STRLEN', b)
+    redis.call('RENAME', b, pre .. 'deadb:' .. id)
   end
-  forget(id)
+  redis.call('HDEL', pre .. 'dlv', id)
+  redis.call('DECRBY', pre .. 'bytes', size)
   redis.call('RPUSH', pre .. 'dead', id)
   redis.call('HSET', pre .. 'deadinfo', id, size .. ' ' .. now .. ' ' .. reason)
-  redis.call('HINCRBY', pre .. 'stats', 'dead', 1)
+  redis.call('HINCRBY', pre .. 'stats', 'dead', '1')
   wake_producers()
 end
 
@@ -57,9 +60,10 @@ local function requeue_list(id, rank)
   return ready_key(e, rank)
 end
 
--- Hands back every batch consumer cid holds. Ids in unseen were taken but
--- never reached the application: their delivery does not count. A batch
--- delivered maxd times (maxd > 0) goes to the dead-letter list instead.
+-- Hands back every batch consumer cid holds, counting in dlv one more
+-- delivery that ended without an acknowledgement, except for the ids in
+-- unseen (taken but never handed to the application). A batch delivered
+-- maxd times (maxd > 0) goes to the dead-letter list instead.
 local function give_back(cid, maxd, now, unseen)
   local pending = pre .. 'pending:' .. cid
   local rank = redis.call('HGET', pre .. 'crank', cid)
@@ -71,8 +75,13 @@ local function give_back(cid, maxd, now, unseen)
     if string.sub(id, 1, 4) == 'eof:' then
       redis.call('RPUSH', ready_key(string.sub(id, 5), rank), id)
     else
-      if unseen[id] then redis.call('HINCRBY', pre .. 'dlv', id, -1) end
-      local d = tonumber(redis.call('HGET', pre .. 'dlv', id) or '0')
+      local v = redis.call('HGET', pre .. 'dlv', id)
+      local d = tonumber(v or '0')
+      -- Only a batch still held (it has a count) is counted.
+      if v and not unseen[id] then
+        d = d + 1
+        redis.call('HSET', pre .. 'dlv', id, d)
+      end
       if maxd > 0 and d >= maxd then
         dead_letter(id, 'delivered ' .. d .. ' times without an acknowledgement', now)
       else
@@ -111,11 +120,11 @@ local function epoch_end(e)
         local src = redis.call('LINDEX', stage, -1 - (k % left))
         k = k + 1
         local pad = src .. ':pad' .. k
-        local frame = redis.call('HGET', pre .. 'data', src)
-        redis.call('HSET', pre .. 'data', pad, frame)
-        redis.call('INCRBY', pre .. 'bytes', string.len(frame))
+        redis.call('COPY', pre .. 'b:' .. src, pre .. 'b:' .. pad)
+        redis.call('HSET', pre .. 'dlv', pad, '0')
+        redis.call('INCRBY', pre .. 'bytes', redis.call('STRLEN', pre .. 'b:' .. pad))
         redis.call('LPUSH', stage, pad)
-        redis.call('HINCRBY', pre .. 'estats', e .. ':padded', 1)
+        redis.call('HINCRBY', pre .. 'estats', e .. ':padded', '1')
       end
       for r = 0, n - 1 do
         redis.call('LMOVE', stage, ready_key(e, r), 'RIGHT', 'LEFT')
@@ -123,7 +132,7 @@ local function epoch_end(e)
     elseif left > 0 then
       for _, id in ipairs(redis.call('LRANGE', stage, 0, -1)) do
         forget(id)
-        redis.call('HINCRBY', pre .. 'estats', e .. ':dropped', 1)
+        redis.call('HINCRBY', pre .. 'estats', e .. ':dropped', '1')
       end
       redis.call('DEL', stage)
     end

@@ -20,7 +20,7 @@ if redis.call('EXISTS', job) == 1 then
   end
   -- The new job's batch ids repeat the old one's: batches of the old job
   -- still held would make push drop the new ones as duplicates.
-  local held = redis.call('HLEN', pre .. 'data')
+  local held = redis.call('HLEN', pre .. 'dlv')
   if held > 0 then
     return redis.error_reply('JOBEXISTS the previous job is finished but ' .. held ..
                              ' of its batches are not consumed yet; wait for the ' ..

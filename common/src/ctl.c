@@ -1,6 +1,8 @@
 /* sluice-ctl: create, inspect and delete queues; submit jobs and watch
- * them; dead letters; reaping. */
+ * them; dead letters; reaping; a live view (stat) and a Prometheus
+ * endpoint (metrics). */
 #include "conn.h"
+#include "metrics.h"
 #include "proto.h"
 /* The manifest parser lives with the readers it checks paths against. */
 #include "manifest.h"
@@ -8,11 +10,15 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -43,6 +49,21 @@ static const char usage_text[] =
     "  delete Q             remove queue Q and everything it holds\n"
     "  info Q [--json]      show budgets, what the queue holds, its counters, the job\n"
     "                       (if any), and the producers and consumers alive\n"
+    "  stat Q [--watch [--interval-ms MS]] [--json]\n"
+    "                       a live view: depth and bytes against the budgets as\n"
+    "                       bars, push and ack rates, the producers and consumers\n"
+    "                       (when last seen; their counters, with the time blocked\n"
+    "                       by backpressure and in next()), epoch progress,\n"
+    "                       failed tasks, dead letters. --watch: refresh every MS\n"
+    "                       (default 1000) in place on a terminal, else one\n"
+    "                       snapshot after another; Ctrl-C quits. --json: one JSON\n"
+    "                       object per snapshot\n"
+    "  metrics Q --addr HOST:PORT [--interval-ms MS]\n"
+    "                       serve the queue's figures (depth, budgets, counters,\n"
+    "                       epochs, tasks, every producer and consumer) in\n"
+    "                       Prometheus text on http://HOST:PORT/metrics, and 200\n"
+    "                       \"ok\" on /healthz; read from Redis every MS (default\n"
+    "                       1000). Runs until SIGINT or SIGTERM (exit 0)\n"
     "  submit Q --manifest FILE --epochs E --batch-size N [--shuffle-seed S]\n"
     "         [--max-attempts K]\n"
     "                       turn the manifest into a job: one task per shard and\n"
@@ -710,7 +731,7 @@ static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
     HALL(producers, "producers");
     HALL(consumers, "consumers");
     HALL(crank, "crank");
-    COUNT(held, "HLEN", "data");
+    COUNT(held, "HLEN", "dlv");
     COUNT(bytes, "GET", "bytes");
     COUNT(dead, "LLEN", "dead");
     COUNT(waiting, "LLEN", "tasks");
@@ -1192,9 +1213,899 @@ static int cmd_reap(sluicei_conn *c, const char *q)
     return 0;
 }
 
+/* ---- stat: a live view of the queue --------------------------------------- */
+
+/* Set by SIGINT and SIGTERM during stat --watch and metrics. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+#define STAT_INTERVAL_MS_DEFAULT 1000
+#define STAT_INTERVAL_MS_MIN 50
+#define STAT_INTERVAL_MS_MAX 3600000
+#define BAR_CELLS 30
+/* Epoch lines shown by stat around the open epoch (a job may have many). */
+#define STAT_EPOCHS_BEFORE 2
+#define STAT_EPOCHS_AFTER 3
+#define STAT_FAILED_SHOWN 5
+
+typedef struct stat_opts {
+    int watch, json;
+    long long interval_ms;
+} stat_opts;
+
+/* The blocked share of a peer is estimated over a window of snapshots:
+ * peers publish blocked_us only with their heartbeat (producers every
+ * second, consumers every lease/3), and the time a heartbeat was sent is
+ * not stored (the producers/consumers hashes are also updated by takes,
+ * claims and task renewals). So the share is the growth of blocked_us
+ * between an older snapshot and this one, over the time between them; a
+ * span of several heartbeats keeps the error of the unknown beat times
+ * small (at most one heartbeat's worth over the span). */
+#define SHARE_WINDOW_MS_MIN 30000
+#define SHARE_SAMPLES 32
+/* Shortest span shown: 3 heartbeats (consumers: the lease). */
+#define SHARE_SPAN_MS_PRODUCER 3000
+
+/* A producer or consumer across snapshots. */
+typedef struct peer_hist {
+    char *id;                        /* owned */
+    int producer;
+    size_t n;                        /* samples, oldest first */
+    int64_t t[SHARE_SAMPLES];        /* monotonic ms of the snapshot */
+    long long b[SHARE_SAMPLES];      /* blocked_us it showed */
+    double share;                    /* blocked / wall time; < 0: not known yet */
+    long long span_ms;               /* the time the share is measured over */
+} peer_hist;
+
+/* What successive snapshots are compared with. */
+typedef struct stat_hist {
+    int have;                 /* a previous snapshot exists */
+    int64_t t_ms;             /* its monotonic time */
+    long long pushed, acked, pushed_bytes, acked_bytes;
+    double push_rate, ack_rate, push_bps, ack_bps;   /* per second; < 0: n/a */
+    peer_hist *peers;         /* owned */
+    size_t npeers;
+} stat_hist;
+
+static void hist_free_peers(peer_hist *ps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(ps[i].id);
+    free(ps);
+}
+
+static const peer_hist *hist_find(const stat_hist *h, const char *id, int producer)
+{
+    for (size_t i = 0; i < h->npeers; i++)
+        if (h->peers[i].producer == producer && strcmp(h->peers[i].id, id) == 0)
+            return &h->peers[i];
+    return NULL;
+}
+
+/* The blocked share of a peer in the last snapshot (< 0: n/a), and in
+ * *span_ms (when not NULL) the time it was measured over. */
+static double hist_share(const stat_hist *h, const char *id, int producer, long long *span_ms)
+{
+    const peer_hist *x = hist_find(h, id, producer);
+    if (span_ms)
+        *span_ms = x ? x->span_ms : 0;
+    return x ? x->share : -1;
+}
+
+/* Adds the snapshot (t_ms, blocked_us) to x's samples (o: the same peer
+ * in the previous snapshot, or NULL) and estimates its share over the
+ * window: from the oldest sample kept to now. */
+static void share_update(peer_hist *x, const peer_hist *o, int64_t t_ms, long long blocked_us,
+                         long long lease_ms)
+{
+    long long window = lease_ms * 3 > SHARE_WINDOW_MS_MIN ? lease_ms * 3 : SHARE_WINDOW_MS_MIN;
+    long long min_span = x->producer ? SHARE_SPAN_MS_PRODUCER : lease_ms;
+    x->n = 0;
+    x->share = -1;
+    x->span_ms = 0;
+    /* A counter that went back: the same id started again. */
+    if (o && o->n && blocked_us >= o->b[o->n - 1]) {
+        x->n = o->n;
+        memcpy(x->t, o->t, sizeof x->t);
+        memcpy(x->b, o->b, sizeof x->b);
+    }
+    size_t old = 0;
+    while (old < x->n && t_ms - x->t[old] > window)
+        old++;
+    if (old) {
+        x->n -= old;
+        memmove(x->t, x->t + old, x->n * sizeof x->t[0]);
+        memmove(x->b, x->b + old, x->n * sizeof x->b[0]);
+    }
+    /* Samples at least window/SHARE_SAMPLES apart: any refresh rate fits. */
+    if (x->n == 0 || t_ms - x->t[x->n - 1] >= window / SHARE_SAMPLES) {
+        if (x->n == SHARE_SAMPLES) {
+            x->n--;
+            memmove(x->t, x->t + 1, x->n * sizeof x->t[0]);
+            memmove(x->b, x->b + 1, x->n * sizeof x->b[0]);
+        }
+        x->t[x->n] = t_ms;
+        x->b[x->n] = blocked_us;
+        x->n++;
+    }
+    long long span = t_ms - x->t[0];
+    if (span >= min_span && span > 0) {
+        double share = (double)(blocked_us - x->b[0]) / ((double)span * 1000.0);
+        x->share = share > 1 ? 1 : share;
+        x->span_ms = span;
+    }
+}
+
+/* Per second between two readings of a counter; < 0 when unknown (first
+ * snapshot, or a counter that went back: the queue was recreated). */
+static double rate(long long now, long long before, int64_t dt_ms)
+{
+    if (dt_ms <= 0 || now < before)
+        return -1;
+    return (double)(now - before) * 1000.0 / (double)dt_ms;
+}
+
+/* Moves h on to snapshot in, read at monotonic time t_ms: the push and ack
+ * rates since the previous snapshot, and for each peer the share of wall
+ * time it was blocked (share_update). Returns 0, or -1 when out of memory
+ * (h unchanged). */
+static int hist_update(stat_hist *h, const qinfo *in, int64_t t_ms)
+{
+    size_t n = in->nprod + in->ncons, k = 0;
+    peer_hist *np = calloc(n ? n : 1, sizeof *np);
+    if (!np)
+        return -1;
+    for (int producer = 0; producer < 2; producer++) {
+        const peer *ps = producer ? in->prod : in->cons;
+        size_t cnt = producer ? in->nprod : in->ncons;
+        for (size_t i = 0; i < cnt; i++, k++) {
+            peer_hist *x = &np[k];
+            if (!(x->id = strdup(ps[i].id))) {
+                hist_free_peers(np, k);
+                return -1;
+            }
+            x->producer = producer;
+            share_update(x, hist_find(h, x->id, producer), t_ms,
+                         hnum(ps[i].stats, "blocked_us"), in->lease_ms);
+        }
+    }
+    long long pushed = hnum(in->stats, "pushed"), acked = hnum(in->stats, "acked");
+    long long pb = hnum(in->stats, "pushed_bytes"), ab = hnum(in->stats, "acked_bytes");
+    int64_t dt = h->have ? t_ms - h->t_ms : 0;
+    h->push_rate = rate(pushed, h->pushed, dt);
+    h->ack_rate = rate(acked, h->acked, dt);
+    h->push_bps = rate(pb, h->pushed_bytes, dt);
+    h->ack_bps = rate(ab, h->acked_bytes, dt);
+    h->pushed = pushed;
+    h->acked = acked;
+    h->pushed_bytes = pb;
+    h->acked_bytes = ab;
+    h->t_ms = t_ms;
+    h->have = 1;
+    hist_free_peers(h->peers, h->npeers);
+    h->peers = np;
+    h->npeers = n;
+    return 0;
+}
+
+/* "512 B", "3.1 MiB" (binary units, as --max-bytes takes them). */
+static void fmt_bytes(char *out, size_t n, double v)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(out, n, "%.0f B", v);
+    else
+        snprintf(out, n, "%.1f %s", v, unit[u]);
+}
+
+/* "12.5 batches/s", "3.1 MiB/s", or "n/a". */
+static void fmt_rate(char *out, size_t n, double r, int bytes)
+{
+    if (r < 0) {
+        snprintf(out, n, "n/a");
+    } else if (bytes) {
+        fmt_bytes(out, n, r);
+        size_t k = strlen(out);
+        snprintf(out + k, n - k, "/s");
+    } else {
+        snprintf(out, n, "%.1f batches/s", r);
+    }
+}
+
+/* " (35% of the last 30 s)", or "" while the share is not known. */
+static void fmt_share(char *out, size_t n, double share, long long span_ms)
+{
+    if (share < 0)
+        out[0] = '\0';
+    else
+        snprintf(out, n, " (%.0f%% of the last %.0f s)", share * 100, (double)span_ms / 1000.0);
+}
+
+/* "[#########.....................]" for v of max. */
+static void put_bar(FILE *f, long long v, long long max)
+{
+    int fill = 0;
+    if (max > 0) {
+        double x = (double)v / (double)max * BAR_CELLS + 0.5;
+        fill = x < 0 ? 0 : x > BAR_CELLS ? BAR_CELLS : (int)x;
+    }
+    fputc('[', f);
+    for (int i = 0; i < BAR_CELLS; i++)
+        fputc(i < fill ? '#' : '.', f);
+    fputc(']', f);
+}
+
+static void stat_peers_text(FILE *f, const qinfo *in, const stat_hist *h, int producer)
+{
+    const peer *ps = producer ? in->prod : in->cons;
+    size_t n = producer ? in->nprod : in->ncons;
+    fprintf(f, "%s  %zu alive", producer ? "producers" : "consumers", alive(ps, n, in->lease_ms));
+    if (n > alive(ps, n, in->lease_ms))
+        fprintf(f, ", %zu silent", n - alive(ps, n, in->lease_ms));
+    fputc('\n', f);
+    for (size_t i = 0; i < n; i++) {
+        const peer *p = &ps[i];
+        const redisReply *s = p->stats;
+        char bytes[32], share[48];
+        long long span = 0;
+        double sh = hist_share(h, p->id, producer, &span);
+        fmt_bytes(bytes, sizeof bytes, (double)hnum(s, "bytes"));
+        fmt_share(share, sizeof share, sh, span);
+        double blocked = (double)hnum(s, "blocked_us") / 1e6;
+        fprintf(f, "  %s", p->id);
+        if (!producer)
+            fprintf(f, "  rank %s", p->extra ? p->extra : "-");
+        fprintf(f, "  seen %.1f s ago%s", (double)p->seen_ago_ms / 1000.0,
+                p->seen_ago_ms > in->lease_ms ? " (silent: lease expired)" : "");
+        if (producer) {
+            fprintf(f, "  task %s", p->extra ? p->extra : "-");
+            fprintf(f, "  batches %lld  %s  backpressure %.1f s%s  tasks %lld done, %lld failed",
+                    hnum(s, "batches"), bytes, blocked, share, hnum(s, "tasks_done"),
+                    hnum(s, "tasks_failed"));
+            if (hnum(s, "duplicates"))
+                fprintf(f, "  duplicates %lld", hnum(s, "duplicates"));
+        } else {
+            fprintf(f, "  epoch %lld  batches %lld  %s  blocked in next() %.1f s%s  pending %lld"
+                    "  redelivered %lld  duplicates %lld  invalid %lld",
+                    hnum(s, "epoch"), hnum(s, "batches"), bytes, blocked, share, p->pending,
+                    hnum(s, "redelivered"), hnum(s, "duplicates"), hnum(s, "invalid"));
+        }
+        fputc('\n', f);
+    }
+}
+
+static void stat_job_text(FILE *f, const qinfo *in)
+{
+    const redisReply *j = in->job;
+    if (!j->elements) {
+        fprintf(f, "job        none (epoch 0, no end)\n");
+        return;
+    }
+    long long ntasks = hnum(j, "ntasks"), open = hnum(j, "epoch_open");
+    const char *state = hget(j, "state");
+    fprintf(f, "job        %s: ", state ? state : "?");
+    if (state && strcmp(state, "finished") == 0)
+        fprintf(f, "all %lld epochs ended", in->epochs);
+    else
+        fprintf(f, "epoch %lld of 0..%lld open", open, in->epochs - 1);
+    fprintf(f, "; tasks %lld/%lld done (%lld claimed, %lld waiting, %zu failed)\n", in->done,
+            ntasks * in->epochs, in->claimed, in->waiting, in->failed->elements);
+    long long lo = open - STAT_EPOCHS_BEFORE, hi = open + STAT_EPOCHS_AFTER;
+    if (lo < 0)
+        lo = 0;
+    if (hi > in->epochs)
+        hi = in->epochs;
+    if (lo > 0)
+        fprintf(f, "  (epochs 0..%lld ended)\n", lo - 1);
+    for (long long e = lo; e < hi; e++) {
+        const epoch_info *x = &in->ep[e];
+        fprintf(f, "  epoch %lld  tasks %lld/%lld  batches pushed %lld, acked %lld, ready %lld", e,
+                x->finished, ntasks, x->pushed, x->acked, x->ready);
+        if (x->dropped || x->padded)
+            fprintf(f, ", dropped %lld, padded %lld", x->dropped, x->padded);
+        fprintf(f, "  %s\n", x->ended ? "end posted" : "open");
+    }
+    if (hi < in->epochs)
+        fprintf(f, "  (epochs %lld..%lld to come)\n", hi, in->epochs - 1);
+}
+
+/* One snapshot as text. */
+static void stat_text(FILE *f, const qinfo *in, const stat_hist *h, const stat_opts *o)
+{
+    char when[40], b1[32], b2[32], r1[32], r2[32], r3[32], r4[32];
+    iso_time((long long)(sluicei_wall_us() / 1000u), when, sizeof when);
+    fprintf(f, "queue '%s'  %s", in->q, when);
+    if (o->watch)
+        fprintf(f, "  (every %.1f s; Ctrl-C quits)", (double)o->interval_ms / 1000.0);
+    fputc('\n', f);
+    long long maxn = hnum(in->meta, "max_batches"), maxb = hnum(in->meta, "max_bytes");
+    fprintf(f, "batches    ");
+    put_bar(f, in->held, maxn);
+    fprintf(f, " %lld/%lld batches  (ready %lld, delivered %lld)\n", in->held, maxn, in->ready,
+            in->pending);
+    fmt_bytes(b1, sizeof b1, (double)in->bytes);
+    fmt_bytes(b2, sizeof b2, (double)maxb);
+    fprintf(f, "bytes      ");
+    put_bar(f, in->bytes, maxb);
+    fprintf(f, " %s/%s\n", b1, b2);
+    fmt_rate(r1, sizeof r1, h->push_rate, 0);
+    fmt_rate(r2, sizeof r2, h->push_bps, 1);
+    fmt_rate(r3, sizeof r3, h->ack_rate, 0);
+    fmt_rate(r4, sizeof r4, h->ack_bps, 1);
+    if (h->push_rate < 0 && h->ack_rate < 0)
+        fprintf(f, "rates      n/a (first snapshot)\n");
+    else
+        fprintf(f, "rates      push %s (%s)  ack %s (%s)\n", r1, r2, r3, r4);
+    fprintf(f, "totals     pushed %lld  acked %lld  requeued %lld  dead %lld  dup_dropped %lld\n",
+            hnum(in->stats, "pushed"), hnum(in->stats, "acked"), hnum(in->stats, "requeued"),
+            hnum(in->stats, "dead"), hnum(in->stats, "dup_dropped"));
+    if (in->ranks > 0)
+        fprintf(f, "coordinated over %lld ranks, remainder %s\n", in->ranks,
+                hget(in->meta, "remainder") ? hget(in->meta, "remainder") : "drop");
+    stat_job_text(f, in);
+    stat_peers_text(f, in, h, 1);
+    stat_peers_text(f, in, h, 0);
+    size_t nf = in->failed->elements;
+    fprintf(f, "failed tasks  %zu\n", nf);
+    for (size_t i = 0; i < nf && i < STAT_FAILED_SHOWN; i++) {
+        const char *t = in->failed->element[i]->str, *err = hget(in->terr, t);
+        fprintf(f, "  %s  attempts %lld: %s\n", t, hnum(in->tattempts, t), err ? err : "");
+    }
+    if (nf > STAT_FAILED_SHOWN)
+        fprintf(f, "  (%zu more: sluice-ctl jobs %s)\n", nf - STAT_FAILED_SHOWN, in->q);
+    fprintf(f, "dead letters  %lld%s\n", in->dead, in->dead ? "  (sluice-ctl dead lists them)" : "");
+}
+
+/* A JSON number with 4 decimals (no exponent: rates of bytes are large),
+ * or null when v < 0 (not known). */
+static void jw_num_or_null(jw *w, const char *key, double v)
+{
+    jw_pre(w, key);
+    if (v < 0)
+        fputs("null", stdout);
+    else
+        printf("%.4f", v);
+}
+
+/* One snapshot as one JSON object on one line. */
+static void stat_json(const qinfo *in, const stat_hist *h)
+{
+    jw w = {0};
+    jw_open(&w, NULL, '{');
+    jw_str(&w, "queue", in->q);
+    jw_int(&w, "time_ms", (long long)(sluicei_wall_us() / 1000u));
+    jw_int(&w, "batches", in->held);
+    jw_int(&w, "max_batches", hnum(in->meta, "max_batches"));
+    jw_int(&w, "bytes", in->bytes);
+    jw_int(&w, "max_bytes", hnum(in->meta, "max_bytes"));
+    jw_int(&w, "ready", in->ready);
+    jw_int(&w, "pending", in->pending);
+    jw_int(&w, "dead_letters", in->dead);
+    jw_hash(&w, "meta", in->meta);
+    jw_hash(&w, "stats", in->stats);
+    jw_open(&w, "rates", '{');
+    jw_num_or_null(&w, "push_batches_per_s", h->push_rate);
+    jw_num_or_null(&w, "push_bytes_per_s", h->push_bps);
+    jw_num_or_null(&w, "ack_batches_per_s", h->ack_rate);
+    jw_num_or_null(&w, "ack_bytes_per_s", h->ack_bps);
+    jw_close(&w, '}');
+    jw_job(&w, in);
+    jw_peers(&w, "producers", in->prod, in->nprod, 1, in->lease_ms);
+    jw_peers(&w, "consumers", in->cons, in->ncons, 0, in->lease_ms);
+    /* Per peer: blocked time / wall time over the window (share_update). */
+    jw_open(&w, "blocked_share", '{');
+    for (int producer = 1; producer >= 0; producer--) {
+        const peer *ps = producer ? in->prod : in->cons;
+        size_t n = producer ? in->nprod : in->ncons;
+        jw_open(&w, producer ? "producers" : "consumers", '{');
+        for (size_t i = 0; i < n; i++)
+            jw_num_or_null(&w, ps[i].id, hist_share(h, ps[i].id, producer, NULL));
+        jw_close(&w, '}');
+    }
+    jw_close(&w, '}');
+    jw_close(&w, '}');
+    putchar('\n');
+}
+
+/* Writes a frame of text to the terminal in place: home, each line
+ * cleared to its end, the rest of the screen cleared. */
+static void put_frame(const char *text, size_t len, int first)
+{
+    fputs(first ? "\033[H\033[2J" : "\033[H", stdout);
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '\n')
+            fputs("\033[K", stdout);
+        putchar(text[i]);
+    }
+    fputs("\033[J", stdout);
+}
+
+/* Sleeps ms, waking early on a signal. */
+static void stat_sleep(long long ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (!stop_requested && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* sluice-ctl stat: one snapshot, or with --watch one every interval until
+ * SIGINT/SIGTERM (exit 0). On a terminal the view is redrawn in place;
+ * otherwise snapshots follow each other, separated by a blank line (JSON:
+ * one object a line). A failed read ends a single snapshot with an error;
+ * while watching, the view keeps trying (reconnecting) after it worked
+ * once. */
+static int cmd_stat(sluicei_conn *c, const char *q, const stat_opts *o)
+{
+    if (o->watch) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);   /* no SA_RESTART: the sleep ends at once */
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    int tty = o->watch && !o->json && isatty(STDOUT_FILENO);
+    stat_hist h = {.push_rate = -1, .ack_rate = -1, .push_bps = -1, .ack_bps = -1};
+    int rc = 0, shown = 0;
+    while (!stop_requested) {
+        if (!c->ctx && sluicei_conn_reconnect(c, sluicei_now_ms() + 2000, NULL) != SLUICE_OK) {
+            fprintf(stderr, "sluice-ctl: %s\n", c->errstr);
+        } else {
+            qinfo in;
+            int r = qinfo_read(c, q, &in);
+            if (r == 0 && hist_update(&h, &in, sluicei_now_ms()) != 0) {
+                fprintf(stderr, "sluice-ctl: out of memory\n");
+                r = EXIT_RUNTIME;
+            }
+            if (r == 0 && o->json) {
+                stat_json(&in, &h);
+            } else if (r == 0) {
+                char *text = NULL;
+                size_t len = 0;
+                FILE *f = open_memstream(&text, &len);
+                if (f) {
+                    stat_text(f, &in, &h, o);
+                    fclose(f);
+                }
+                if (!f || !text) {
+                    fprintf(stderr, "sluice-ctl: out of memory\n");
+                    r = EXIT_RUNTIME;
+                } else if (tty) {
+                    put_frame(text, len, !shown);
+                } else {
+                    if (shown)
+                        putchar('\n');
+                    fwrite(text, 1, len, stdout);
+                }
+                free(text);
+            }
+            qinfo_free(&in);
+            fflush(stdout);
+            if (r == 0)
+                shown++;
+            if (r != 0 && (!o->watch || !shown)) {
+                rc = r;
+                break;
+            }
+        }
+        if (!o->watch)
+            break;
+        stat_sleep(o->interval_ms);
+    }
+    hist_free_peers(h.peers, h.npeers);
+    return rc;
+}
+
+/* ---- metrics: the queue in Prometheus text ------------------------------ */
+
+/* A counter or gauge of a peer's published stats (pstats:/cstats:). */
+typedef struct peer_metric {
+    const char *field;      /* in the stats hash */
+    const char *name, *type, *help;
+    double scale;           /* value = field * scale */
+} peer_metric;
+
+static const peer_metric consumer_metrics[] = {
+    {"batches", "sluice_consumer_batches_total", "counter",
+     "Batches next() returned to this consumer's application.", 1},
+    {"records", "sluice_consumer_records_total", "counter", "Records in those batches.", 1},
+    {"bytes", "sluice_consumer_bytes_total", "counter", "Frame bytes of those batches.", 1},
+    {"blocked_us", "sluice_consumer_blocked_seconds_total", "counter",
+     "Seconds the application waited inside next() for a batch (high: the input pipeline "
+     "is the bottleneck).", 1e-6},
+    {"redelivered", "sluice_consumer_redelivered_total", "counter",
+     "Batches this consumer got that had been delivered before (a consumer's lease expired).",
+     1},
+    {"duplicates", "sluice_consumer_duplicates_total", "counter",
+     "Batches this consumer dropped because it had them already.", 1},
+    {"padding", "sluice_consumer_padding_total", "counter",
+     "Padding batches returned (coordinated queue, remainder pad).", 1},
+    {"invalid", "sluice_consumer_invalid_total", "counter",
+     "Frames that failed validation and went to the dead letters.", 1},
+    {"reconnects", "sluice_consumer_reconnects_total", "counter",
+     "Times this consumer regained a lost Redis connection.", 1},
+    {"epochs_ended", "sluice_consumer_epochs_ended_total", "counter",
+     "Ends of epochs this consumer returned (SLUICE_EOF).", 1},
+    {"epoch", "sluice_consumer_epoch", "gauge", "The epoch this consumer is reading.", 1},
+};
+
+static const peer_metric producer_metrics[] = {
+    {"batches", "sluice_producer_batches_pushed_total", "counter",
+     "Batches this producer stored in the queue (pushes dropped as duplicates not counted).", 1},
+    {"bytes", "sluice_producer_bytes_pushed_total", "counter",
+     "Frame bytes of the batches this producer stored in the queue.", 1},
+    {"duplicates", "sluice_producer_duplicates_total", "counter",
+     "Pushes Redis dropped because the batch id was queued or acknowledged already.", 1},
+    {"blocked_us", "sluice_producer_backpressure_seconds_total", "counter",
+     "Seconds this producer waited for room in the queue (backpressure: the consumers are "
+     "slower).", 1e-6},
+    {"tasks_done", "sluice_producer_tasks_done_total", "counter",
+     "Tasks of the job this producer completed.", 1},
+    {"tasks_failed", "sluice_producer_tasks_failed_total", "counter",
+     "Task attempts of this producer that failed (reader, command or transform error).", 1},
+};
+
+/* The labels of a peer: queue, producer=<id> or consumer=<cid> and, for a
+ * consumer of a coordinated queue, rank. */
+static void peer_labels(const char **lab, const qinfo *in, const peer *p, int producer)
+{
+    lab[0] = "queue";
+    lab[1] = in->q;
+    lab[2] = producer ? "producer" : "consumer";
+    lab[3] = p->id;
+    lab[4] = "rank";
+    lab[5] = producer ? NULL : p->extra;
+    lab[6] = NULL;
+}
+
+static void peers_metrics(sluicei_mtext *t, const qinfo *in, int producer)
+{
+    const peer *ps = producer ? in->prod : in->cons;
+    size_t n = producer ? in->nprod : in->ncons;
+    const char *kind = producer ? "producer" : "consumer";
+    const peer_metric *pm = producer ? producer_metrics : consumer_metrics;
+    size_t npm = producer ? sizeof producer_metrics / sizeof producer_metrics[0]
+                          : sizeof consumer_metrics / sizeof consumer_metrics[0];
+    const char *lab[7];
+    char name[64], help[160];
+    snprintf(name, sizeof name, "sluice_%s_alive", kind);
+    snprintf(help, sizeof help, "1 while this %s was seen within the queue's lease.", kind);
+    sluicei_mtext_family(t, name, "gauge", help);
+    for (size_t i = 0; i < n; i++) {
+        peer_labels(lab, in, &ps[i], producer);
+        sluicei_mtext_sample(t, name, lab, ps[i].seen_ago_ms <= in->lease_ms);
+    }
+    snprintf(name, sizeof name, "sluice_%s_last_seen_age_seconds", kind);
+    snprintf(help, sizeof help,
+             "Seconds since this %s last showed it is alive (heartbeat, take or claim).", kind);
+    sluicei_mtext_family(t, name, "gauge", help);
+    for (size_t i = 0; i < n; i++) {
+        peer_labels(lab, in, &ps[i], producer);
+        sluicei_mtext_sample(t, name, lab, (double)ps[i].seen_ago_ms / 1000.0);
+    }
+    if (!producer) {
+        sluicei_mtext_family(t, "sluice_consumer_pending_batches", "gauge",
+                             "Batches delivered to this consumer and not acknowledged yet.");
+        for (size_t i = 0; i < n; i++) {
+            peer_labels(lab, in, &ps[i], producer);
+            sluicei_mtext_sample(t, "sluice_consumer_pending_batches", lab,
+                                 (double)ps[i].pending);
+        }
+    }
+    for (size_t m = 0; m < npm; m++) {
+        sluicei_mtext_family(t, pm[m].name, pm[m].type, pm[m].help);
+        for (size_t i = 0; i < n; i++) {
+            const char *v = hget(ps[i].stats, pm[m].field);
+            if (!v)
+                continue;   /* not published (yet) */
+            peer_labels(lab, in, &ps[i], producer);
+            sluicei_mtext_sample(t, pm[m].name, lab, (double)strtoll(v, NULL, 10) * pm[m].scale);
+        }
+    }
+}
+
+/* Counters of the stats hash and their metrics. */
+static const struct {
+    const char *field, *name, *help;
+} queue_counters[] = {
+    {"pushed", "sluice_queue_pushed_total", "Batches stored in the queue by all producers."},
+    {"pushed_bytes", "sluice_queue_pushed_bytes_total", "Frame bytes of those batches."},
+    {"acked", "sluice_queue_acked_total", "Batches acknowledged by the consumers."},
+    {"acked_bytes", "sluice_queue_acked_bytes_total", "Frame bytes of those batches."},
+    {"requeued", "sluice_queue_requeued_total",
+     "Batches handed back to the queue (a consumer closed or its lease expired)."},
+    {"dead", "sluice_queue_dead_total", "Batches moved to the dead letters."},
+    {"dup_dropped", "sluice_queue_dup_dropped_total",
+     "Pushes dropped because the batch was queued or acknowledged already."},
+    {"tasks_done", "sluice_queue_tasks_done_total", "Tasks of jobs completed."},
+    {"tasks_reaped", "sluice_queue_tasks_reaped_total",
+     "Tasks taken back from producers whose lease expired."},
+};
+
+/* Everything sluice-ctl metrics serves, from one snapshot. */
+static void queue_metrics(sluicei_mtext *t, const qinfo *in)
+{
+    const char *const lab[] = {"queue", in->q, NULL};
+    const struct {
+        const char *name, *help;
+        long long v;
+    } gauges[] = {
+        {"sluice_queue_depth_batches",
+         "Batches the queue holds (queued or delivered, not yet acknowledged).", in->held},
+        {"sluice_queue_max_batches", "The queue's batch budget.", hnum(in->meta, "max_batches")},
+        {"sluice_queue_bytes", "Frame bytes the queue holds.", in->bytes},
+        {"sluice_queue_max_bytes", "The queue's byte budget.", hnum(in->meta, "max_bytes")},
+        {"sluice_queue_ready_batches", "Batches waiting to be taken by a consumer.", in->ready},
+        {"sluice_queue_delivered_batches",
+         "Batches delivered to consumers and not acknowledged yet.", in->pending},
+        {"sluice_queue_dead_letters", "Batches in the dead-letter list now.", in->dead},
+    };
+    sluicei_mtext_family(t, "sluice_up", "gauge",
+                         "1 when the last read of the queue from Redis succeeded, else 0.");
+    sluicei_mtext_sample(t, "sluice_up", lab, 1);
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++) {
+        sluicei_mtext_family(t, gauges[i].name, "gauge", gauges[i].help);
+        sluicei_mtext_sample(t, gauges[i].name, lab, (double)gauges[i].v);
+    }
+    for (size_t i = 0; i < sizeof queue_counters / sizeof queue_counters[0]; i++) {
+        sluicei_mtext_family(t, queue_counters[i].name, "counter", queue_counters[i].help);
+        sluicei_mtext_sample(t, queue_counters[i].name, lab,
+                             (double)hnum(in->stats, queue_counters[i].field));
+    }
+
+    const redisReply *j = in->job;
+    sluicei_mtext_family(t, "sluice_job_running", "gauge",
+                         "1 while the queue runs a job, 0 when it is finished or there is none.");
+    sluicei_mtext_sample(t, "sluice_job_running", lab,
+                         j->elements && hget(j, "state") && !strcmp(hget(j, "state"), "running"));
+    if (j->elements) {
+        sluicei_mtext_family(t, "sluice_job_epochs", "gauge", "Epochs of the job.");
+        sluicei_mtext_sample(t, "sluice_job_epochs", lab, (double)in->epochs);
+        sluicei_mtext_family(t, "sluice_job_epoch_open", "gauge",
+                             "The lowest epoch whose end is not posted yet.");
+        sluicei_mtext_sample(t, "sluice_job_epoch_open", lab, (double)hnum(j, "epoch_open"));
+        sluicei_mtext_family(t, "sluice_job_tasks", "gauge",
+                             "Tasks of the job (shards x epochs) by state.");
+        const struct {
+            const char *state;
+            long long v;
+        } ts[] = {{"total", hnum(j, "ntasks") * in->epochs},
+                  {"waiting", in->waiting},
+                  {"claimed", in->claimed},
+                  {"done", in->done},
+                  {"failed", (long long)in->failed->elements}};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            const char *const l[] = {"queue", in->q, "state", ts[i].state, NULL};
+            sluicei_mtext_sample(t, "sluice_job_tasks", l, (double)ts[i].v);
+        }
+    }
+
+    /* Per epoch (a queue without a job: epoch 0 only). */
+    const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } per_epoch[] = {
+        {"sluice_epoch_pushed_total", "counter", "Batches of the epoch stored in the queue.",
+         offsetof(epoch_info, pushed)},
+        {"sluice_epoch_acked_total", "counter", "Batches of the epoch acknowledged.",
+         offsetof(epoch_info, acked)},
+        {"sluice_epoch_ready_batches", "gauge", "Batches of the epoch waiting to be taken.",
+         offsetof(epoch_info, ready)},
+        {"sluice_epoch_tasks_finished", "gauge", "Tasks of the epoch done or failed.",
+         offsetof(epoch_info, finished)},
+    };
+    for (size_t m = 0; m < sizeof per_epoch / sizeof per_epoch[0]; m++) {
+        sluicei_mtext_family(t, per_epoch[m].name, per_epoch[m].type, per_epoch[m].help);
+        for (long long e = 0; e < in->epochs; e++) {
+            char es[24];
+            snprintf(es, sizeof es, "%lld", e);
+            const char *const l[] = {"queue", in->q, "epoch", es, NULL};
+            long long v;
+            memcpy(&v, (const char *)&in->ep[e] + per_epoch[m].off, sizeof v);
+            sluicei_mtext_sample(t, per_epoch[m].name, l, (double)v);
+        }
+    }
+    sluicei_mtext_family(t, "sluice_epoch_end_posted", "gauge",
+                         "1 once the end of the epoch is posted (every task done or failed).");
+    for (long long e = 0; e < in->epochs; e++) {
+        char es[24];
+        snprintf(es, sizeof es, "%lld", e);
+        const char *const l[] = {"queue", in->q, "epoch", es, NULL};
+        sluicei_mtext_sample(t, "sluice_epoch_end_posted", l, in->ep[e].ended);
+    }
+    peers_metrics(t, in, 1);
+    peers_metrics(t, in, 0);
+}
+
+/* State of sluice-ctl metrics. The refresher thread alone uses c; the
+ * server thread only copies text under lock. */
+typedef struct ctl_metrics {
+    sluicei_conn *c;
+    const char *q;
+    pthread_mutex_t lock;
+    sluicei_mtext text;          /* the last snapshot's exposition; guarded by lock */
+    int failing;                 /* refresher: the last read failed */
+    int64_t next_try_ms;         /* refresher: after failures, back off until then */
+    int backoff_ms;
+} ctl_metrics;
+
+#define METRICS_BACKOFF_MAX_MS 30000
+
+/* Refresher thread: reads the queue and replaces the served text. After a
+ * failure it serves sluice_up 0 and retries with a doubling pause (up to
+ * 30 s), so that a lost Redis costs one error line per attempt. */
+static void ctl_metrics_refresh(void *arg)
+{
+    ctl_metrics *m = arg;
+    int64_t now = sluicei_now_ms();
+    if (m->failing && now < m->next_try_ms)
+        return;
+    sluicei_mtext t = {0};
+    int ok = 0;
+    if (!m->c->ctx && sluicei_conn_reconnect(m->c, now + 2000, NULL) != SLUICE_OK) {
+        fprintf(stderr, "sluice-ctl: metrics: %s\n", m->c->errstr);
+    } else {
+        qinfo in;
+        ok = qinfo_read(m->c, m->q, &in) == 0;
+        if (ok)
+            queue_metrics(&t, &in);
+        qinfo_free(&in);
+    }
+    if (!ok) {
+        const char *const lab[] = {"queue", m->q, NULL};
+        sluicei_mtext_free(&t);
+        sluicei_mtext_family(&t, "sluice_up", "gauge",
+                             "1 when the last read of the queue from Redis succeeded, else 0.");
+        sluicei_mtext_sample(&t, "sluice_up", lab, 0);
+        m->backoff_ms = m->failing ? m->backoff_ms * 2 : 1000;
+        if (m->backoff_ms > METRICS_BACKOFF_MAX_MS)
+            m->backoff_ms = METRICS_BACKOFF_MAX_MS;
+        m->next_try_ms = sluicei_now_ms() + m->backoff_ms;
+    } else if (m->failing) {
+        fprintf(stderr, "sluice-ctl: metrics: reading queue '%s' works again\n", m->q);
+    }
+    m->failing = !ok;
+    if (t.failed) {   /* out of memory: keep serving the previous text */
+        sluicei_mtext_free(&t);
+        return;
+    }
+    pthread_mutex_lock(&m->lock);
+    sluicei_mtext old = m->text;
+    m->text = t;
+    pthread_mutex_unlock(&m->lock);
+    sluicei_mtext_free(&old);
+}
+
+/* Server thread: the last snapshot. */
+static void ctl_metrics_render(sluicei_mtext *out, void *arg)
+{
+    ctl_metrics *m = arg;
+    pthread_mutex_lock(&m->lock);
+    sluicei_mtext_raw(out, m->text.buf ? m->text.buf : "", m->text.len);
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* sluice-ctl metrics: reads the queue once (a missing queue is an error
+ * before anything listens), then serves /metrics and /healthz on addr,
+ * refreshed every interval_ms by a thread with this connection, until
+ * SIGINT or SIGTERM. */
+static int cmd_metrics(sluicei_conn *c, const char *q, const char *addr, long long interval_ms)
+{
+    ctl_metrics m = {.c = c, .q = q};
+    pthread_mutex_init(&m.lock, NULL);
+    int rc = EXIT_RUNTIME;
+    sluicei_metrics *srv = NULL;
+    /* SIGINT and SIGTERM wait for sigwait() below; blocked before the
+     * threads start, so that they inherit the mask. */
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, &old);
+
+    ctl_metrics_refresh(&m);
+    if (m.failing)
+        goto out;   /* the reason is printed */
+    char err[512];
+    sluicei_metrics_opts mo = {.addr = addr, .render = ctl_metrics_render,
+                               .refresh = ctl_metrics_refresh, .refresh_ms = (int)interval_ms,
+                               .arg = &m};
+    sluice_err e = sluicei_metrics_open(&srv, &mo, err, sizeof err);
+    if (e != SLUICE_OK) {
+        fprintf(stderr, "sluice-ctl: metrics: %s\n", err);
+        rc = e == SLUICE_ERR_INVALID ? EXIT_USAGE : EXIT_RUNTIME;
+        goto out;
+    }
+    fprintf(stderr, "sluice-ctl: serving metrics of queue '%s' on http://%s/metrics "
+            "(Ctrl-C stops)\n", q, addr);
+    int sig = 0;
+    while (sigwait(&stop, &sig) != 0)
+        ;
+    sluicei_metrics_close(srv);
+    rc = 0;
+out:
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    sluicei_mtext_free(&m.text);
+    pthread_mutex_destroy(&m.lock);
+    return rc;
+}
+
+/* Reads "--interval-ms N" at argv[*i] (N in the stat bounds). Returns 0
+ * or EXIT_USAGE (printed). */
+static int parse_interval(int argc, char **argv, int *i, long long *out)
+{
+    const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    uint64_t v;
+    if (!val)
+        return usage_error("%s needs a value", "--interval-ms");
+    ++*i;
+    if (parse_amount(val, 0, &v) != 0 || v < STAT_INTERVAL_MS_MIN || v > STAT_INTERVAL_MS_MAX)
+        return usage_error("--interval-ms '%s' is not an integer in 50..3600000", val);
+    *out = (long long)v;
+    return 0;
+}
+
+/* Reads stat's flags. Returns 0 or EXIT_USAGE (printed). */
+static int parse_stat(int argc, char **argv, stat_opts *o)
+{
+    int interval_given = 0;
+    *o = (stat_opts){.interval_ms = STAT_INTERVAL_MS_DEFAULT};
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--watch") == 0) {
+            o->watch = 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            o->json = 1;
+        } else if (strcmp(argv[i], "--interval-ms") == 0) {
+            if (parse_interval(argc, argv, &i, &o->interval_ms))
+                return EXIT_USAGE;
+            interval_given = 1;
+        } else {
+            return usage_error("stat: unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (interval_given && !o->watch)
+        return usage_error("stat: %s", "--interval-ms goes with --watch");
+    return 0;
+}
+
+/* Reads metrics' flags. Returns 0 or EXIT_USAGE (printed). */
+static int parse_metrics(int argc, char **argv, const char **addr, long long *interval_ms)
+{
+    *addr = NULL;
+    *interval_ms = STAT_INTERVAL_MS_DEFAULT;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--addr") == 0) {
+            if (i + 1 >= argc)
+                return usage_error("%s needs a value (HOST:PORT, e.g. 0.0.0.0:9101)", "--addr");
+            *addr = argv[++i];
+        } else if (strcmp(argv[i], "--interval-ms") == 0) {
+            if (parse_interval(argc, argv, &i, interval_ms))
+                return EXIT_USAGE;
+        } else {
+            return usage_error("metrics: unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (!*addr)
+        return usage_error("metrics: %s is required", "--addr HOST:PORT");
+    char err[512];
+    if (sluicei_metrics_addr_check("--addr", *addr, err, sizeof err) != SLUICE_OK)
+        return usage_error("%s", err);
+    return 0;
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
-#define COMMANDS "create, delete, info, jobs, submit, dead, reap, script"
+#define COMMANDS "create, delete, info, jobs, stat, metrics, submit, dead, reap, script"
 
 int main(int argc, char **argv)
 {
@@ -1235,8 +2146,8 @@ int main(int argc, char **argv)
         return 0;
     }
 
-    static const char *const known[] = {"create", "delete", "info", "jobs",
-                                        "submit", "dead",   "reap"};
+    static const char *const known[] = {"create", "delete", "info", "jobs", "stat",
+                                        "metrics", "submit", "dead", "reap"};
     size_t ki = 0;
     while (ki < sizeof known / sizeof known[0] && strcmp(cmd, known[ki]) != 0)
         ki++;
@@ -1254,8 +2165,17 @@ int main(int argc, char **argv)
     submit_opts so;
     int json = 0;
     const char *dead_action = NULL;
+    stat_opts sto;
+    const char *metrics_addr = NULL;
+    long long metrics_interval = 0;
     if (strcmp(cmd, "create") == 0) {
         if (parse_create(argc - optind, argv + optind, &co))
+            return EXIT_USAGE;
+    } else if (strcmp(cmd, "stat") == 0) {
+        if (parse_stat(argc - optind, argv + optind, &sto))
+            return EXIT_USAGE;
+    } else if (strcmp(cmd, "metrics") == 0) {
+        if (parse_metrics(argc - optind, argv + optind, &metrics_addr, &metrics_interval))
             return EXIT_USAGE;
     } else if (strcmp(cmd, "submit") == 0) {
         if (parse_submit(argc - optind, argv + optind, &so))
@@ -1306,6 +2226,10 @@ int main(int argc, char **argv)
         rc = cmd_dead(c, q, dead_action);
     else if (strcmp(cmd, "reap") == 0)
         rc = cmd_reap(c, q);
+    else if (strcmp(cmd, "stat") == 0)
+        rc = cmd_stat(c, q, &sto);
+    else if (strcmp(cmd, "metrics") == 0)
+        rc = cmd_metrics(c, q, metrics_addr, metrics_interval);
     else
         rc = cmd_info(c, q, json, strcmp(cmd, "jobs") == 0);
     sluicei_conn_close(c);

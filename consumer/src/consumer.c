@@ -10,9 +10,12 @@
  * signals a condition variable.
  *
  * Two connections, so that a blocking read never delays an ack:
- *   data  take, BLMOVE, claim, HGET, dead, requeue: one operation at a time,
- *         pipelined within it (take, then the HGETs of what it moved).
+ *   data  take, BLMOVE, claim, GET, dead, requeue: one operation at a time,
+ *         pipelined within it (take, then the GETs of what it moved, and
+ *         at most once their acks right behind).
  *   ctl   acks, heartbeats (beat), reaping (reap), CLIENT UNBLOCK at close.
+ * Acks go in batches: one ack script call for every batch released since
+ * the last (up to ACK_BATCH_MAX).
  * Both are set up together (AUTH, SELECT, SCRIPT LOAD) and dropped
  * together: a failure of either ends the "session", and the next one
  * starts after an exponential backoff with jitter.
@@ -80,12 +83,18 @@
 #define BACKOFF_MAX_MS 2000
 /* How long close() tries to send its acks and hand batches back. */
 #define CLOSE_TIMEOUT_MS 3000
+/* Frame bytes one MGET should fetch at most (estimated from the last
+ * frame seen): many small frames per command, big ones one at a time so
+ * that each is handed over as soon as it is in. */
+#define FETCH_BYTES ((size_t)1 << 20)
 /* Ids remembered per generation of the duplicate filter; two generations
  * are kept, so memory stays bounded on a queue without epochs. */
 #define DUP_GEN_MAX 65536
 #define LEASE_DEFAULT_MS 10000
 /* Released batches whose acks wait for a busy loop before it is woken. */
 #define ACK_WAKE_MAX 64
+/* Batches acknowledged by one ack script call. */
+#define ACK_BATCH_MAX 128
 
 enum { CONN_DATA = 0, CONN_CTL = 1 };
 enum { ST_DOWN = 0, ST_CONNECTING, ST_READY };
@@ -98,10 +107,10 @@ enum req_kind {
     R_TAKE,
     R_BLMOVE,
     R_CLAIM,
-    R_FRAME,      /* HGET data id */
+    R_FRAME,      /* GET b:<id> */
     R_JOB,        /* HMGET job epochs epoch_open, after a marker */
     R_RESYNC,     /* LRANGE pending */
-    R_ACK,        /* a released batch */
+    R_ACK,        /* released batches */
     R_ACK_QUIET,  /* at-most-once acks and duplicates: nobody waits for them */
     R_DEAD,
     R_REQUEUE,
@@ -137,14 +146,17 @@ typedef struct req {
     int kind, conn;
     int in_op;         /* part of the current data operation */
     int item;          /* R_CLAIM, R_FRAME: index into c->items; -1: none */
-    char id[RID_MAX];  /* R_ACK: the id; R_SETUP: the step's name */
+    int nitems;        /* R_FRAME: items item.. fetched (MGET when more than one) */
+    char id[RID_MAX];  /* R_SETUP: the step's name */
+    struct idbuf *ids; /* R_ACK: the ids acknowledged (owned) */
+    size_t nids;
 } req;
 
 struct sluice_consumer {
     /* ---- fixed at open ---- */
     char queue[SLUICE_MAX_QUEUE_NAME + 1];
     char id[MAX_CONSUMER_ID + 1];
-    char k_meta[SLUICE_MAX_KEY], k_pending[SLUICE_MAX_KEY], k_data[SLUICE_MAX_KEY];
+    char k_meta[SLUICE_MAX_KEY], k_pending[SLUICE_MAX_KEY], k_frame[SLUICE_MAX_KEY];
     char k_job[SLUICE_MAX_KEY];
     char rank_s[16];           /* "" for a free consumer */
     int world, rank;
@@ -171,6 +183,7 @@ struct sluice_consumer {
     int advance_req, finished, closing;
     int want_room, wake_pending;
     int parked;                /* the loop only works when woken (see pump()) */
+    int waiting;               /* next() is waiting on cv for a batch */
     int low_water;             /* fifo_len at which a waiting loop is woken */
     sluice_err fatal;
     char fatal_msg[512];
@@ -188,7 +201,8 @@ struct sluice_consumer {
 
     /* ---- loop thread only (after open) ---- */
     struct event_base *base;
-    struct event *wake_ev, *tick_ev, *retry_ev, *oom_ev;
+    struct event *wake_ev, *tick_ev, *retry_ev, *oom_ev, *notify_ev;
+    int notify_armed;          /* notify_ev is active: batches await a signal */
     int wake_fd;
     redisAsyncContext *ac[2];
     uint64_t gen;
@@ -202,6 +216,7 @@ struct sluice_consumer {
     int op, op_left;
     item *items;               /* prefetch entries */
     uint32_t loop_epoch;
+    size_t frame_est;          /* size of the last frame received */
     int stopped_at_marker, marker_published;
     int list_empty, oom_wait, need_resync;
     idbuf *unconf;
@@ -547,6 +562,13 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
 static void handle(sluice_consumer *c, req *q, redisReply *r);
 
+static void req_free(req *q)
+{
+    if (q)
+        free(q->ids);
+    free(q);
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
     req *q = priv;
@@ -574,7 +596,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
             }
         }
     }
-    free(q);
+    req_free(q);
 }
 
 static req *new_req(int kind, int item)
@@ -599,7 +621,7 @@ static int send_argv(sluice_consumer *c, int conn, req *q, int in_op, int argc, 
         return -1;
     }
     if (!ac) {
-        free(q);
+        req_free(q);
         return -1;
     }
     q->c = c;
@@ -607,7 +629,7 @@ static int send_argv(sluice_consumer *c, int conn, req *q, int in_op, int argc, 
     q->conn = conn;
     q->in_op = in_op;
     if (redisAsyncCommandArgv(ac, on_reply, q, argc, argv, lens) != REDIS_OK) {
-        free(q);
+        req_free(q);
         session_fail(c, "redis %s: sending a command: %s", c->addr,
                      ac->err ? ac->errstr : "out of memory");
         return -1;
@@ -633,7 +655,7 @@ static int send_script(sluice_consumer *c, int conn, req *q, int in_op, sluicei_
         if (!av || !al) {
             free(av == sav ? NULL : av);
             free(al == sal ? NULL : al);
-            free(q);
+            req_free(q);
             session_fail(c, "out of memory");
             return -1;
         }
@@ -654,16 +676,50 @@ static int send_script(sluice_consumer *c, int conn, req *q, int in_op, sluicei_
     return rc;
 }
 
-static int send_ack(sluice_consumer *c, int conn, int kind, int in_op, const char *rid)
+/* Acknowledges n batches whose Redis ids are at base, base + stride, ...
+ * (idbuf or item arrays), in ack script calls of up to ACK_BATCH_MAX.
+ * An R_ACK request keeps a copy of its ids for confirm_ack(). Returns -1
+ * when the session ended. */
+static int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const char *base,
+                     size_t stride, size_t n)
 {
-    char ep[16], tk[24], sq[16];
-    if (ack_fields(rid, ep, tk, sq) != 0)
-        return 0;   /* never handed out: such a frame fails the id check */
-    req *q = new_req(kind, -1);
-    if (q)
-        snprintf(q->id, sizeof q->id, "%s", rid);
-    const char *argv[5] = {c->id, rid, ep, tk, sq};
-    return send_script(c, conn, q, in_op, SLUICEI_SCRIPT_ACK, 5, argv);
+    char (*num)[3][24] = malloc(ACK_BATCH_MAX * sizeof *num);
+    const char **argv = malloc((1 + 4 * ACK_BATCH_MAX) * sizeof *argv);
+    int rc = 0;
+    if (!num || !argv) {
+        session_fail(c, "out of memory");
+        rc = -1;
+    }
+    for (size_t i = 0; i < n && rc == 0;) {
+        size_t k = 0, from = i;
+        argv[0] = c->id;
+        for (; i < n && k < ACK_BATCH_MAX; i++) {
+            const char *rid = base + i * stride;
+            if (ack_fields(rid, num[k][0], num[k][1], num[k][2]) != 0)
+                continue;   /* never handed out: such a frame fails the id check */
+            argv[1 + 4 * k] = rid;
+            argv[2 + 4 * k] = num[k][0];
+            argv[3 + 4 * k] = num[k][1];
+            argv[4 + 4 * k] = num[k][2];
+            k++;
+        }
+        if (k == 0)
+            continue;
+        req *q = new_req(kind, -1);
+        if (q && kind == R_ACK) {
+            q->ids = malloc((i - from) * sizeof *q->ids);
+            if (!q->ids) {
+                req_free(q);
+                q = NULL;
+            }
+            for (size_t j = from; q && j < i; j++)
+                memcpy(q->ids[q->nids++].s, base + j * stride, RID_MAX);
+        }
+        rc = send_script(c, conn, q, in_op, SLUICEI_SCRIPT_ACK, (int)(1 + 4 * k), argv);
+    }
+    free(num);
+    free(argv);
+    return rc;
 }
 
 /* Sends an invalid frame's id to the dead letters with its reason (part of
@@ -833,10 +889,8 @@ static void session_ready(sluice_consumer *c)
     c->need_resync = !closing;
     c->list_empty = 0;
     /* Acks whose confirmation was lost are sent again (they are idempotent). */
-    uint64_t gen = c->gen;
-    for (size_t i = 0; i < c->nunconf && gen == c->gen; i++)
-        send_ack(c, CONN_CTL, R_ACK, 0, c->unconf[i].s);
-    if (gen != c->gen)
+    if (c->nunconf &&
+        send_acks(c, CONN_CTL, R_ACK, 0, c->unconf[0].s, sizeof *c->unconf, c->nunconf) != 0)
         return;
     int64_t now = sluicei_now_ms();
     c->next_beat_ms = now;
@@ -883,19 +937,58 @@ static int script_error(sluice_consumer *c, const char *what, redisReply *r)
     return 1;
 }
 
-/* Sends HGET (and, at most once, the ack right behind it) for item i. */
-static int fetch_item(sluice_consumer *c, int i)
+/* Fetches items[from..from+n): GET b:<id> for one, MGET for several, as
+ * many per command as FETCH_BYTES allows. Returns -1 when the session
+ * ended. */
+static int fetch_items(sluice_consumer *c, int from, int n)
 {
-    const char *av[3] = {"HGET", c->k_data, c->items[i].rid};
-    if (send_argv(c, CONN_DATA, new_req(R_FRAME, i), 1, 3, av, NULL) != 0)
-        return -1;
-    if (c->ack_mode == SLUICE_ACK_NONE)
-        return send_ack(c, CONN_DATA, R_ACK_QUIET, 1, c->items[i].rid);
+    size_t est = c->frame_est ? c->frame_est : 1;
+    int per = est >= FETCH_BYTES ? 1 : (int)(FETCH_BYTES / est);
+    size_t plen = strlen(c->k_frame);
+    while (n > 0) {
+        int k = n < per ? n : per;
+        size_t total = 0;
+        for (int i = 0; i < k; i++)
+            total += plen + strlen(c->items[from + i].rid) + 1;
+        char *keys = malloc(total);
+        const char **av = malloc((size_t)(k + 1) * sizeof *av);
+        req *q = new_req(R_FRAME, from);
+        if (!keys || !av || !q) {
+            free(keys);
+            free(av);
+            req_free(q);
+            session_fail(c, "out of memory");
+            return -1;
+        }
+        q->nitems = k;
+        av[0] = k == 1 ? "GET" : "MGET";
+        char *kp = keys;
+        for (int i = 0; i < k; i++) {
+            av[1 + i] = kp;
+            kp += sprintf(kp, "%s%s", c->k_frame, c->items[from + i].rid) + 1;
+        }
+        int rc = send_argv(c, CONN_DATA, q, 1, k + 1, av, NULL);
+        free(keys);
+        free(av);
+        if (rc != 0)
+            return -1;
+        from += k;
+        n -= k;
+    }
     return 0;
 }
 
+/* At most once: acknowledges items[0..n) right behind their GETs (one
+ * script call), so that the batches are gone from Redis on arrival. */
+static int ack_fetched(sluice_consumer *c, int n)
+{
+    if (c->ack_mode != SLUICE_ACK_NONE || n == 0)
+        return 0;
+    return send_acks(c, CONN_DATA, R_ACK_QUIET, 1, c->items[0].rid, sizeof *c->items, (size_t)n);
+}
+
 /* The marker of the loop's epoch was reached: stop fetching and read the
- * job's epoch count (behind the HGETs of the batches before the marker). */
+ * job's epoch count (behind the GETs of the batches before the marker). */
 static int reached_marker(sluice_consumer *c)
 {
     c->stopped_at_marker = 1;
@@ -936,9 +1029,10 @@ static void handle_take(sluice_consumer *c, req *q, redisReply *r)
         }
         copy_id(c->items[n].rid, id->str, id->len);
         c->items[n].dlv = d->integer;
-        fetch_item(c, n);
         n++;
     }
+    if (gen == c->gen && fetch_items(c, 0, n) == 0)
+        ack_fetched(c, n);
     if (gen != c->gen)
         return;
     c->list_empty = !marker && r->elements / 2 < want;
@@ -992,8 +1086,9 @@ static void handle_blmove(sluice_consumer *c, redisReply *r)
     c->items[0].dlv = 1;
     snprintf(ep, sizeof ep, "%" PRIu32, c->loop_epoch);
     const char *argv[5] = {c->id, c->items[0].rid, now, ep, c->rank_s};
-    if (send_script(c, CONN_DATA, new_req(R_CLAIM, 0), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) == 0)
-        fetch_item(c, 0);
+    if (send_script(c, CONN_DATA, new_req(R_CLAIM, 0), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) == 0 &&
+        fetch_items(c, 0, 1) == 0)
+        ack_fetched(c, 1);
 }
 
 static void handle_claim(sluice_consumer *c, req *q, redisReply *r)
@@ -1017,16 +1112,21 @@ static redisReply *steal_string(redisReply *r)
     return m;
 }
 
-static void handle_frame(sluice_consumer *c, req *q, redisReply *r)
+/* Reply r to the GET of items[i] (or its element of an MGET reply). */
+static void handle_frame(sluice_consumer *c, int i, redisReply *r)
 {
-    item *it = &c->items[q->item];
+    item *it = &c->items[i];
     char why[256];
     if (r->type == REDIS_REPLY_NIL) {
         send_dead(c, it->rid, strlen(it->rid), "no data in Redis for this id");
         return;
     }
+    if (is_err(r, "WRONGTYPE")) {
+        send_dead(c, it->rid, strlen(it->rid), "the value in Redis for this id is not a string");
+        return;
+    }
     if (r->type != REDIS_REPLY_STRING) {
-        session_fail(c, "redis %s: HGET: %s", c->addr,
+        session_fail(c, "redis %s: GET: %s", c->addr,
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         return;
     }
@@ -1035,6 +1135,7 @@ static void handle_frame(sluice_consumer *c, req *q, redisReply *r)
         session_fail(c, "out of memory");
         return;
     }
+    c->frame_est = m->len;
     sluice_batch *b = NULL;
     sluice_err e = sluicei_wire_decode(m->str, m->len, c->max_batch_bytes, freeReplyObject, m, &b,
                                        why, sizeof why);
@@ -1063,7 +1164,7 @@ static void handle_frame(sluice_consumer *c, req *q, redisReply *r)
         c->st.duplicates++;
         pthread_mutex_unlock(&c->mu);
         if (c->ack_mode == SLUICE_ACK_EXPLICIT)
-            send_ack(c, CONN_DATA, R_ACK_QUIET, 1, it->rid);
+            send_acks(c, CONN_DATA, R_ACK_QUIET, 1, it->rid, RID_MAX, 1);
         return;
     }
     dups_add(c, it->rid);
@@ -1077,8 +1178,42 @@ static void handle_frame(sluice_consumer *c, req *q, redisReply *r)
     sl->b = b;
     memcpy(sl->rid, it->rid, sizeof sl->rid);
     c->fifo_len++;   /* room: an operation never asks for more than the free slots */
+    int signal = c->waiting && !c->notify_armed;
+    pthread_mutex_unlock(&c->mu);
+    if (signal) {
+        /* One wake-up for all the batches of this read: notify_ev runs
+         * once hiredis is done with the replies it has. */
+        c->notify_armed = 1;
+        event_active(c->notify_ev, EV_TIMEOUT, 1);
+    }
+}
+
+static void on_notify(evutil_socket_t fd, short what, void *arg)
+{
+    sluice_consumer *c = arg;
+    (void)fd;
+    (void)what;
+    c->notify_armed = 0;
+    pthread_mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+/* The reply to a GET or MGET of q->nitems items from q->item. */
+static void handle_frames(sluice_consumer *c, req *q, redisReply *r)
+{
+    if (q->nitems == 1 && r->type != REDIS_REPLY_ARRAY) {
+        handle_frame(c, q->item, r);
+        return;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)q->nitems) {
+        session_fail(c, "redis %s: MGET: %s", c->addr,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        return;
+    }
+    uint64_t gen = c->gen;
+    for (int i = 0; i < q->nitems && gen == c->gen; i++)
+        handle_frame(c, q->item + i, r->element[i]);
 }
 
 static void handle_job(sluice_consumer *c, redisReply *r)
@@ -1173,7 +1308,7 @@ static void handle(sluice_consumer *c, req *q, redisReply *r)
         handle_claim(c, q, r);
         break;
     case R_FRAME:
-        handle_frame(c, q, r);
+        handle_frames(c, q, r);
         break;
     case R_JOB:
         handle_job(c, r);
@@ -1182,10 +1317,11 @@ static void handle(sluice_consumer *c, req *q, redisReply *r)
         handle_resync(c, r);
         break;
     case R_ACK:
-        /* 1: done; 0: the lease ran out and the batch went to someone else
-         * (nothing left to do). Only a lost script is worth another try. */
-        if (!is_err(r, "NOSCRIPT"))
-            confirm_ack(c, q->id);
+        /* Done, for every id: one the consumer no longer held (its lease
+         * ran out and it went to someone else) needs nothing more. Only a
+         * lost script is worth another try. */
+        for (size_t i = 0; i < q->nids && !is_err(r, "NOSCRIPT"); i++)
+            confirm_ack(c, q->ids[i].s);
         script_error(c, "ack", r);
         break;
     case R_ACK_QUIET:
@@ -1259,10 +1395,11 @@ static void start_recover(sluice_consumer *c, int room)
         memcpy(c->items[n].rid, rid, RID_MAX);
         c->items[n].dlv = 1;
         const char *argv[5] = {c->id, c->items[n].rid, now, ep, c->rank_s};
-        if (send_script(c, CONN_DATA, new_req(R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) == 0)
-            fetch_item(c, n);
+        send_script(c, CONN_DATA, new_req(R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 5, argv);
         n++;
     }
+    if (gen == c->gen && fetch_items(c, 0, n) == 0)
+        ack_fetched(c, n);
     if (gen != c->gen)
         return;
     memmove(c->recover, c->recover + k, (c->nrecover - k) * sizeof *c->recover);
@@ -1288,10 +1425,8 @@ static void close_step(sluice_consumer *c)
     }
     if (c->pend[CONN_CTL] > 0)
         return;   /* acks in flight must land before requeue */
-    uint64_t gen = c->gen;
-    for (size_t i = 0; i < c->nunconf && gen == c->gen; i++)
-        send_ack(c, CONN_DATA, R_ACK, 0, c->unconf[i].s);
-    if (gen != c->gen)
+    if (c->nunconf &&
+        send_acks(c, CONN_DATA, R_ACK, 0, c->unconf[0].s, sizeof *c->unconf, c->nunconf) != 0)
         return;
     pthread_mutex_lock(&c->mu);
     int n = c->fifo_len;
@@ -1342,9 +1477,8 @@ static int pump_once(sluice_consumer *c)
     pthread_mutex_unlock(&c->mu);
 
     uint64_t gen = c->gen;
-    for (size_t i = first; i < c->nunconf && gen == c->gen; i++)
-        send_ack(c, CONN_CTL, R_ACK, 0, c->unconf[i].s);
-    if (gen != c->gen)
+    if (first < c->nunconf && send_acks(c, CONN_CTL, R_ACK, 0, c->unconf[first].s,
+                                        sizeof *c->unconf, c->nunconf - first) != 0)
         return -1;
     if (adv) {
         c->loop_epoch = ep;
@@ -1523,6 +1657,8 @@ static void free_consumer(sluice_consumer *c)
         event_free(c->retry_ev);
     if (c->oom_ev)
         event_free(c->oom_ev);
+    if (c->notify_ev)
+        event_free(c->notify_ev);
     if (c->base)
         event_base_free(c->base);
     if (c->wake_fd >= 0)
@@ -1551,6 +1687,21 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
     if (e != SLUICE_OK)
         return e;
     redisReply *m = NULL, *j = NULL;
+    /* Batches held by consumers that died first go back to the lists now:
+     * when the others have finished the job, no one else would reap them
+     * for this consumer (which, seeing every list drained, would finish at
+     * once). A failure here is left to the checks below. */
+    char now[24];
+    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    const char *rv[1] = {now};
+    if (sluicei_script_run(sc, SLUICEI_SCRIPT_REAP, c->queue, 1, rv, NULL, &m) == SLUICE_ERR_IO) {
+        snprintf(errbuf, errlen, "%s", sc->errstr);
+        e = SLUICE_ERR_IO;
+        goto out;
+    }
+    if (m)
+        freeReplyObject(m);
+    m = NULL;
     const char *mv[5] = {"HMGET", c->k_meta, "version", "ranks", "lease_ms"};
     const char *jv[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
     e = sluicei_conn_commandargv(sc, &m, 5, mv, NULL);
@@ -1711,7 +1862,7 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
         snprintf(c->id, sizeof c->id, "%016" PRIx64, sluicei_random64());
     char name[SLUICE_MAX_KEY];
     sluicei_key(c->k_meta, c->queue, "meta");
-    sluicei_key(c->k_data, c->queue, "data");
+    sluicei_key(c->k_frame, c->queue, "b:");
     sluicei_key(c->k_job, c->queue, "job");
     snprintf(name, sizeof name, "pending:%s", c->id);
     sluicei_key(c->k_pending, c->queue, name);
@@ -1756,8 +1907,9 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
     c->tick_ev = event_new(c->base, -1, EV_PERSIST, on_tick, c);
     c->retry_ev = evtimer_new(c->base, on_retry, c);
     c->oom_ev = evtimer_new(c->base, on_oom_timer, c);
+    c->notify_ev = event_new(c->base, -1, 0, on_notify, c);
     struct timeval tick = {0, TICK_MS * 1000};
-    if (!c->wake_ev || !c->tick_ev || !c->retry_ev || !c->oom_ev ||
+    if (!c->wake_ev || !c->tick_ev || !c->retry_ev || !c->oom_ev || !c->notify_ev ||
         event_add(c->wake_ev, NULL) != 0 || event_add(c->tick_ev, &tick) != 0) {
         snprintf(errbuf, errlen, "setting up the event loop failed");
         free_consumer(c);
@@ -1882,12 +2034,14 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
             pthread_mutex_lock(&c->mu);
             continue;
         }
+        c->waiting++;
         if (limit < 0) {
             pthread_cond_wait(&c->cv, &c->mu);
         } else {
             struct timespec ts = {(time_t)(limit / 1000), (long)(limit % 1000) * 1000000L};
             pthread_cond_timedwait(&c->cv, &c->mu, &ts);
         }
+        c->waiting--;
     }
     if (t0)
         c->st.blocked_us += mono_us() - t0;

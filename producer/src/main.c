@@ -48,6 +48,8 @@
  * timeouts of that connection (short: closing waits for a read under way). */
 #define METRICS_REFRESH_MS 1000
 #define METRICS_REDIS_TIMEOUT_MS 2000
+/* Longest producer id (producer.h). */
+#define MAX_PRODUCER_ID 64
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -289,21 +291,30 @@ static void counts_add(counts *to, const counts *c)
     to->sum += c->sum;
 }
 
+/* The counters the producer API publishes in pstats:<id> (its heartbeat),
+ * in the order of pc_field. */
+enum { PC_BATCHES, PC_BYTES, PC_BLOCKED_US, PC_DUPLICATES, PC_TASKS_DONE, PC_TASKS_FAILED,
+       PC_COUNT };
+static const char *const pc_field[PC_COUNT] = {"batches",    "bytes",      "blocked_us",
+                                               "duplicates", "tasks_done", "tasks_failed"};
+
 /* What --metrics-addr serves, shared by three threads. The main thread
  * stores the producer's counters after every push and task (publish());
  * the server thread renders them on a scrape; the refresher thread reads,
  * on a Redis connection of its own, the queue's depth and budgets and the
- * blocked time this producer published in pstats:<id>. That last one
- * matters while a push waits for room: the wait happens inside the
- * producer API, which keeps counting (and publishing, every second) but
- * does not return to us until room comes. */
+ * counters this producer published in pstats:<id>. Those matter while a
+ * push waits for room: the wait happens inside the producer API, which
+ * keeps counting (its pipelined pushes complete; the wait grows) and
+ * publishes every second, but does not return to us until room comes. A
+ * counter is served as the larger of the two readings: both count the
+ * same thing, one of them late. */
 typedef struct pmetrics {
     const char *url, *queue;
-    char id[SLUICE_MAX_PRODUCER_ID + 1];
+    char id[MAX_PRODUCER_ID + 1];
     atomic_int id_set;                   /* id is written (release/acquire) */
-    _Atomic uint64_t batches, bytes, duplicates, full_waits, blocked_us, reconnects;
-    _Atomic uint64_t tasks_done, tasks_failed;
-    _Atomic uint64_t redis_blocked_us;   /* pstats:<id> blocked_us as last read */
+    _Atomic uint64_t local[PC_COUNT];    /* from the API after each push and task */
+    _Atomic uint64_t published[PC_COUNT];   /* pstats:<id> as last read */
+    _Atomic uint64_t full_waits, reconnects;
     _Atomic int64_t depth, qbytes, max_batches, max_bytes;   /* -1: not read yet */
     atomic_int redis_up;                 /* the last refresh reached Redis */
     sluicei_conn *conn;                  /* refresher thread only; closed by main */
@@ -361,14 +372,12 @@ static void publish(run *r)
         return;
     sluice_producer_stats st;
     sluice_producer_stats_get(r->p, &st);
-    atomic_store(&pm->batches, st.batches);
-    atomic_store(&pm->bytes, st.bytes);
-    atomic_store(&pm->duplicates, st.duplicates);
+    const uint64_t v[PC_COUNT] = {st.batches,    st.bytes,      st.blocked_us,
+                                  st.duplicates, st.tasks_done, st.tasks_failed};
+    for (int i = 0; i < PC_COUNT; i++)
+        atomic_store(&pm->local[i], v[i]);
     atomic_store(&pm->full_waits, st.full_waits);
-    atomic_store(&pm->blocked_us, st.blocked_us);
     atomic_store(&pm->reconnects, st.reconnects);
-    atomic_store(&pm->tasks_done, st.tasks_done);
-    atomic_store(&pm->tasks_failed, st.tasks_failed);
 }
 
 enum outcome {
@@ -760,6 +769,11 @@ static int run_job(run *r, batch *b)
                 say(r, "%s; waiting for the next job (--follow)\n",
                     sluice_producer_errstr(r->p));
             said_waiting = 1;
+            /* A claim that finds no job does not beat; a flush does (when
+             * due), so that an idle producer stays alive in sluice-ctl
+             * info/stat and its final counters reach pstats. */
+            sluice_producer_flush(r->p);
+            publish(r);
             nap(FOLLOW_POLL_MS);
             continue;
         }
@@ -801,7 +815,7 @@ static int redis_int(sluicei_conn *c, int argc, const char **argv, int64_t *out)
 }
 
 /* Refresher thread, every METRICS_REFRESH_MS: the queue's depth, bytes and
- * budgets, and this producer's published blocked time. A failure only
+ * budgets, and this producer's published counters. A failure only
  * shows as sluice_producer_metrics_redis_up 0: the producer itself reports
  * what is wrong with Redis. */
 static void pm_refresh(void *arg)
@@ -821,13 +835,13 @@ static void pm_refresh(void *arg)
         return;
     }
     char k_meta[SLUICE_MAX_KEY], k_dlv[SLUICE_MAX_KEY], k_bytes[SLUICE_MAX_KEY];
-    char k_pstats[SLUICE_MAX_KEY + SLUICE_MAX_PRODUCER_ID + 8];
+    char k_pstats[SLUICE_MAX_KEY + MAX_PRODUCER_ID + 8];
     sluicei_key(k_meta, pm->queue, "meta");
     /* dlv holds one entry per batch the queue holds (queued or delivered
      * and not yet acknowledged): the depth the budgets count. */
     sluicei_key(k_dlv, pm->queue, "dlv");
     sluicei_key(k_bytes, pm->queue, "bytes");
-    int64_t maxn = -1, maxb = -1, depth = -1, bytes = -1, blocked = -1;
+    int64_t maxn = -1, maxb = -1, depth = -1, bytes = -1;
     const char *a_maxn[3] = {"HGET", k_meta, "max_batches"};
     const char *a_maxb[3] = {"HGET", k_meta, "max_bytes"};
     const char *a_depth[2] = {"HLEN", k_dlv};
@@ -837,13 +851,20 @@ static void pm_refresh(void *arg)
              redis_int(pm->conn, 2, a_depth, &depth) == 0 &&
              redis_int(pm->conn, 2, a_bytes, &bytes) == 0;
     if (ok && atomic_load_explicit(&pm->id_set, memory_order_acquire)) {
-        char name[SLUICE_MAX_PRODUCER_ID + 8];
+        char name[MAX_PRODUCER_ID + 8];
         snprintf(name, sizeof name, "pstats:%s", pm->id);
         sluicei_key(k_pstats, pm->queue, name);
-        const char *a_blocked[3] = {"HGET", k_pstats, "blocked_us"};
-        ok = redis_int(pm->conn, 3, a_blocked, &blocked) == 0;
-        if (ok && blocked >= 0)
-            atomic_store(&pm->redis_blocked_us, (uint64_t)blocked);
+        const char *argv[2 + PC_COUNT] = {"HMGET", k_pstats};
+        for (int i = 0; i < PC_COUNT; i++)
+            argv[2 + i] = pc_field[i];
+        redisReply *r = NULL;
+        ok = sluicei_conn_commandargv(pm->conn, &r, 2 + PC_COUNT, argv, NULL) == SLUICE_OK &&
+             r->type == REDIS_REPLY_ARRAY && r->elements == PC_COUNT;
+        for (int i = 0; ok && i < PC_COUNT; i++)
+            if (r->element[i]->type == REDIS_REPLY_STRING)
+                atomic_store(&pm->published[i], strtoull(r->element[i]->str, NULL, 10));
+        if (r)
+            freeReplyObject(r);
     }
     if (ok) {
         atomic_store(&pm->max_batches, maxn);
@@ -860,36 +881,35 @@ static void pm_render(sluicei_mtext *t, void *arg)
     pmetrics *pm = arg;
     const char *id = atomic_load_explicit(&pm->id_set, memory_order_acquire) ? pm->id : NULL;
     const char *const lab[] = {"queue", pm->queue, "producer", id, NULL};
-    uint64_t blocked = atomic_load(&pm->blocked_us);
-    uint64_t published = atomic_load(&pm->redis_blocked_us);
-    /* During a wait for room only Redis has the current figure. */
-    if (published > blocked)
-        blocked = published;
+    double v[PC_COUNT];
+    for (int i = 0; i < PC_COUNT; i++) {
+        uint64_t a = atomic_load(&pm->local[i]), b = atomic_load(&pm->published[i]);
+        v[i] = (double)(a > b ? a : b);
+    }
     const struct {
         const char *name, *type, *help;
         double v;
     } rows[] = {
         {"sluice_producer_batches_pushed_total", "counter",
          "Batches this producer stored in the queue (pushes dropped as duplicates not counted).",
-         (double)atomic_load(&pm->batches)},
+         v[PC_BATCHES]},
         {"sluice_producer_bytes_pushed_total", "counter",
-         "Frame bytes of the batches this producer stored in the queue.",
-         (double)atomic_load(&pm->bytes)},
+         "Frame bytes of the batches this producer stored in the queue.", v[PC_BYTES]},
         {"sluice_producer_duplicates_total", "counter",
          "Pushes Redis dropped because the batch id was queued or acknowledged already.",
-         (double)atomic_load(&pm->duplicates)},
+         v[PC_DUPLICATES]},
         {"sluice_producer_backpressure_seconds_total", "counter",
          "Seconds this producer waited for room in the queue (backpressure: the consumers are "
          "slower).",
-         (double)blocked / 1e6},
+         v[PC_BLOCKED_US] / 1e6},
         {"sluice_producer_backpressure_waits_total", "counter",
          "Pushes that found the queue at its budget and waited for room.",
          (double)atomic_load(&pm->full_waits)},
         {"sluice_producer_tasks_done_total", "counter", "Tasks of the job this producer completed.",
-         (double)atomic_load(&pm->tasks_done)},
+         v[PC_TASKS_DONE]},
         {"sluice_producer_tasks_failed_total", "counter",
          "Task attempts of this producer that failed (reader, command or transform error).",
-         (double)atomic_load(&pm->tasks_failed)},
+         v[PC_TASKS_FAILED]},
         {"sluice_producer_reconnects_total", "counter",
          "Times this producer regained a lost Redis connection.",
          (double)atomic_load(&pm->reconnects)},

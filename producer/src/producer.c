@@ -1,21 +1,36 @@
-/* The producer API (producer.h): encode, pipelined pushes through the push
- * script, backpressure, reconnect.
+/* The producer API (producer.h): encode, grouped and pipelined pushes,
+ * backpressure, reconnect.
  *
- * Pushes in flight live in a ring of max_inflight slots; each slot owns the
- * frame it sent, so that a push can be sent again after a lost connection
- * or a "full" answer, and so that steady state allocates nothing (a slot's
- * buffer is reused by the next batch). Invariant: the replies Redis still
- * owes us belong to the slots in state SENT, in ring order.
+ * Pushes live in a ring of max_inflight slots; each slot owns the frame it
+ * sent, so that a push can be sent again after a lost connection or a
+ * "full" answer, and so that steady state allocates nothing (a slot's
+ * buffer is reused by the next batch).
+ *
+ * Groups. Batches go to Redis in groups, one MULTI each (docs/PROTOCOL.md):
+ *     MULTI / MSET in:<id> <frame> ... / EVALSHA push ... / EXEC
+ * so that no frame passes through Lua and one script call serves many
+ * small batches. A group holds up to GROUP_MAX batches and GROUP_BYTES of
+ * frames (a bigger frame goes alone), and at most half the ring, so that
+ * one group can fill while another is answered. The group being filled
+ * (slots OPEN, always the newest ones) is sent when it is full, or when
+ * no other group awaits its answer (replies that came in are read without
+ * waiting, as Nagle's algorithm does with TCP segments): so a producer
+ * faster than Redis sends full groups, a slower one each batch at once. The request is written by hand with sendmsg() straight
+ * from the slots' frames (hiredis would copy every frame into its output
+ * buffer); hiredis only parses the replies. Invariant: the replies Redis
+ * still owes us belong to the groups gid_read..gid_next-1, whose slots are
+ * SENT, and each group owes four replies (MULTI, MSET, EVALSHA, EXEC).
  *
  * A push answered "full" (or OOM, or a transient server error) is retried
- * after the others in flight were answered, one at a time, each after
- * waiting for room: BLPOP on the queue's room list, which the ack script
- * feeds, with a 1 s timeout. So a blocked producer wakes within
- * milliseconds of an ack and otherwise costs one round trip per second.
+ * after the others in flight were answered, after waiting for room: BLPOP
+ * on the queue's room list, which the ack script feeds, with a 1 s
+ * timeout. So a blocked producer wakes within milliseconds of an ack and
+ * otherwise costs one round trip per second. The refused batches are then
+ * sent again, grouped as above.
  *
- * After a lost connection every unanswered push is sent again: the push
+ * After a lost connection every unanswered group is sent again: the push
  * script drops an id that is already stored or acknowledged, so this loses
- * nothing and duplicates nothing.
+ * nothing and duplicates nothing (a MULTI cut short never runs at all).
  *
  * Any error returned to the caller ends the pushes that were unanswered at
  * that moment: they may or may not be in Redis (errstr says how many).
@@ -32,16 +47,24 @@
 #include "proto.h"
 #include "wire.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #define INFLIGHT_DEFAULT 4
 #define INFLIGHT_MAX 1024
+/* Batches and frame bytes per MULTI (see "Groups" above). */
+#define GROUP_MAX 64
+#define GROUP_BYTES ((size_t)1 << 20)
 /* Socket timeout; must exceed the BLPOP timeout below. */
 #define CMD_TIMEOUT_MS 10000
 #define ROOM_WAIT_S 1
@@ -62,6 +85,7 @@
 #define TASK_WAIT_S 1
 
 enum slot_state {
+    SLOT_OPEN,       /* encoded, in the group being filled, not sent yet */
     SLOT_SENT,       /* reply pending */
     SLOT_FULL,       /* refused for lack of room: wait, then push again */
     SLOT_TRANSIENT,  /* refused by a passing server condition: pause, push again */
@@ -74,6 +98,7 @@ typedef struct slot {
     sluice_batch_id id;
     char idstr[SLUICE_MAX_BATCH_ID];
     uint64_t nrecords;
+    uint64_t gid;                      /* the group it was last sent in */
     enum slot_state state;
     int resent;                        /* sent again after a lost connection */
     int losses;                        /* connections lost awaiting its reply */
@@ -83,6 +108,8 @@ struct sluice_producer {
     sluicei_conn *conn;
     char queue[SLUICE_MAX_QUEUE_NAME + 1];
     char room_key[SLUICE_MAX_KEY];
+    char meta_key[SLUICE_MAX_KEY];
+    char in_prefix[SLUICE_MAX_KEY];    /* "sluice:{Q}:in:" */
     char id[SLUICE_MAX_PRODUCER_ID + 1];
     int reconnect_timeout_ms;
     volatile int *stop;
@@ -93,10 +120,24 @@ struct sluice_producer {
 
     slot *ring;
     int nslots;
+    int gmax;                          /* batches per group */
     int head;                          /* oldest slot in use */
     int used;                          /* slots in use, from head */
-    int nsent;                         /* of those, how many await a reply */
+    int nopen;                         /* of those, the newest nopen are OPEN */
+    size_t open_bytes;                 /* their frame bytes */
+    int nsent;                         /* slots SENT */
+    int nrefused;                      /* slots FULL or TRANSIENT */
+    uint64_t gid_next;                 /* the next group's number */
+    uint64_t gid_read;                 /* the oldest group not answered */
+    int rstep;                         /* replies of group gid_read read so far (0..3) */
+    char qerr[256];                    /* the first error among them, "" if none */
     int reload_scripts;                /* a NOSCRIPT was seen */
+    int oom;                           /* Redis refused a group for lack of memory */
+    int opened;                        /* open() succeeded: close() publishes counters */
+
+    /* The RESP text of a group around its frames, and the pieces to send. */
+    sluicei_buf req;
+    struct iovec iov[2 * GROUP_MAX + 1];
 
     sluice_producer_stats st;
     char errstr[512];
@@ -168,24 +209,202 @@ static int transient_error(const char *msg)
 
 /* ---- sending ---------------------------------------------------------- */
 
-/* Appends the push of s to the pipeline and sends it. */
-static sluice_err send_slot(sluice_producer *p, slot *s)
+/* Whether two batches belong to the same task (may share a group). */
+static int same_task(const slot *a, const slot *b)
 {
-    char epoch[16], task[24], seq[16];
-    snprintf(epoch, sizeof epoch, "%" PRIu32, s->id.epoch);
-    snprintf(task, sizeof task, "%" PRIu64, s->id.task);
-    snprintf(seq, sizeof seq, "%" PRIu32, s->id.seq);
-    const char *argv[5] = {s->idstr, (const char *)s->frame.data, epoch, task, seq};
-    size_t argvlen[5] = {strlen(s->idstr), s->frame.len, strlen(epoch), strlen(task),
-                         strlen(seq)};
-    sluice_err e = sluicei_script_append(p->conn, SLUICEI_SCRIPT_PUSH, p->queue, 5, argv, argvlen);
+    return a->id.epoch == b->id.epoch && a->id.task == b->id.task;
+}
+
+/* Changes a slot's state, keeping the count of refused slots. */
+static void set_state(sluice_producer *p, slot *s, enum slot_state st)
+{
+    p->nrefused += (st == SLOT_FULL || st == SLOT_TRANSIENT) -
+                   (s->state == SLOT_FULL || s->state == SLOT_TRANSIENT);
+    s->state = st;
+}
+
+/* Appends printf output to b. */
+static sluice_err bprintf(sluicei_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static sluice_err bprintf(sluicei_buf *b, const char *fmt, ...)
+{
+    if (sluicei_buf_reserve(b, 64) != SLUICE_OK)
+        return SLUICE_ERR_NOMEM;
+    for (;;) {
+        va_list ap;
+        size_t room = b->cap - b->len;
+        va_start(ap, fmt);
+        int n = vsnprintf((char *)b->data + b->len, room, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return SLUICE_ERR_SYS;
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return SLUICE_OK;
+        }
+        if (sluicei_buf_reserve(b, (size_t)n + 1) != SLUICE_OK)
+            return SLUICE_ERR_NOMEM;
+    }
+}
+
+/* Appends a RESP bulk string. */
+static sluice_err bbulk(sluicei_buf *b, const char *s)
+{
+    return bprintf(b, "$%zu\r\n%s\r\n", strlen(s), s);
+}
+
+/* Records a socket error like conn.c does and drops the context, so that
+ * the caller reconnects. */
+static sluice_err send_failed(sluice_producer *p, int err)
+{
+    char addr[256];
+    sluicei_url_describe(&p->conn->url, addr, sizeof addr);
+    snprintf(p->conn->errstr, sizeof p->conn->errstr, "redis %s: send: %s%s", addr,
+             strerror(err), err == EAGAIN ? " (no progress within the timeout)" : "");
+    redisFree(p->conn->ctx);
+    p->conn->ctx = NULL;
+    return SLUICE_ERR_IO;
+}
+
+/* Writes iov[0..n) to the socket, whatever partial writes it takes. */
+static sluice_err write_all(sluice_producer *p, struct iovec *iov, int n)
+{
+    redisContext *ctx = p->conn->ctx;
+    /* Nothing of hiredis's may follow ours; its buffer is empty in
+     * practice (plain commands run only with nothing in flight). */
+    if (sdslen(ctx->obuf) > 0) {
+        sluice_err e = sluicei_conn_flush(p->conn);
+        if (e != SLUICE_OK)
+            return e;
+    }
+    while (n > 0) {
+        struct msghdr mh;
+        memset(&mh, 0, sizeof mh);
+        mh.msg_iov = iov;
+        mh.msg_iovlen = (size_t)(n < IOV_MAX ? n : IOV_MAX);
+        /* MSG_NOSIGNAL: a closed socket is an error, not a SIGPIPE for the
+         * application linking us. */
+        ssize_t w = sendmsg(ctx->fd, &mh, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return send_failed(p, errno);
+        }
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return SLUICE_OK;
+}
+
+/* Builds the request for the group m[0..k) (batches of one task), one
+ * transaction:
+ *   MULTI / MSET in:<id> <frame> ... / EVALSHA push 1 meta <e t s s...> / EXEC
+ * as p->iov[0..*n): pieces of p->req around the slots' frames, which go to
+ * the socket without a copy. Changes nothing else. */
+static sluice_err build_group(sluice_producer *p, slot **m, int k, int *n)
+{
+    sluicei_conn *c = p->conn;
+    sluicei_buf *b = &p->req;
+    size_t cut[GROUP_MAX];   /* where frame i goes in the text */
+    char num[24];
+    b->len = 0;
+    sluice_err e = bprintf(b, "*1\r\n$5\r\nMULTI\r\n*%d\r\n$4\r\nMSET\r\n", 1 + 2 * k);
+    for (int i = 0; i < k && e == SLUICE_OK; i++) {
+        e = bprintf(b, "%s$%zu\r\n%s%s\r\n$%zu\r\n", i ? "\r\n" : "",
+                    strlen(p->in_prefix) + strlen(m[i]->idstr), p->in_prefix, m[i]->idstr,
+                    m[i]->frame.len);
+        cut[i] = b->len;
+    }
     if (e == SLUICE_OK)
-        e = sluicei_conn_flush(p->conn);
-    return e;
+        e = bprintf(b, "\r\n*%d\r\n$7\r\nEVALSHA\r\n", 6 + k);
+    if (e == SLUICE_OK)
+        e = bbulk(b, c->script_sha[SLUICEI_SCRIPT_PUSH]);
+    if (e == SLUICE_OK)
+        e = bbulk(b, "1");
+    if (e == SLUICE_OK)
+        e = bbulk(b, p->meta_key);
+    snprintf(num, sizeof num, "%" PRIu32, m[0]->id.epoch);
+    if (e == SLUICE_OK)
+        e = bbulk(b, num);
+    snprintf(num, sizeof num, "%" PRIu64, m[0]->id.task);
+    if (e == SLUICE_OK)
+        e = bbulk(b, num);
+    for (int i = 0; i < k && e == SLUICE_OK; i++) {
+        snprintf(num, sizeof num, "%" PRIu32, m[i]->id.seq);
+        e = bbulk(b, num);
+    }
+    if (e == SLUICE_OK)
+        e = bprintf(b, "*1\r\n$4\r\nEXEC\r\n");
+    if (e != SLUICE_OK) {
+        snprintf(c->errstr, sizeof c->errstr, "building a push: %s", sluice_strerror(e));
+        return e;
+    }
+    /* Pointers into b only now that it is complete: it may have moved. */
+    size_t from = 0;
+    *n = 0;
+    for (int i = 0; i < k; i++) {
+        p->iov[*n].iov_base = b->data + from;
+        p->iov[(*n)++].iov_len = cut[i] - from;
+        p->iov[*n].iov_base = m[i]->frame.data;
+        p->iov[(*n)++].iov_len = m[i]->frame.len;
+        from = cut[i];
+    }
+    p->iov[*n].iov_base = b->data + from;
+    p->iov[(*n)++].iov_len = b->len - from;
+    return SLUICE_OK;
+}
+
+/* Builds and sends the request for the group m[0..k). */
+static sluice_err write_group(sluice_producer *p, slot **m, int k)
+{
+    int n;
+    if (!p->conn->ctx)
+        return SLUICE_ERR_IO;
+    sluice_err e = build_group(p, m, k, &n);
+    return e == SLUICE_OK ? write_all(p, p->iov, n) : e;
+}
+
+/* The slots of group gid, in ring order (the order they were sent in). */
+static int members(sluice_producer *p, uint64_t gid, slot **m)
+{
+    int k = 0;
+    for (int i = 0; i < p->used && k < GROUP_MAX; i++) {
+        slot *s = slot_at(p, i);
+        if (s->state == SLOT_SENT && s->gid == gid)
+            m[k++] = s;
+    }
+    return k;
+}
+
+/* Makes m[0..k) a new group, SENT, and sends it. A request that cannot
+ * be built leaves them as they were. */
+static sluice_err send_group(sluice_producer *p, slot **m, int k)
+{
+    int n;
+    if (!p->conn->ctx)
+        return SLUICE_ERR_IO;
+    sluice_err e = build_group(p, m, k, &n);
+    if (e != SLUICE_OK)
+        return e;
+    uint64_t gid = p->gid_next++;
+    for (int i = 0; i < k; i++) {
+        set_state(p, m[i], SLOT_SENT);
+        m[i]->gid = gid;
+    }
+    p->nsent += k;
+    return write_all(p, p->iov, n);
 }
 
 /* After a lost connection: reconnects (within reconnect_timeout_ms, or
- * forever) and sends every unanswered push again, in order. */
+ * forever) and sends every unanswered group again, in order. */
 static sluice_err recover(sluice_producer *p)
 {
     int64_t deadline =
@@ -198,12 +417,15 @@ static sluice_err recover(sluice_producer *p)
             return e;
         }
         p->reload_scripts = 0;   /* reconnect loaded them */
-        for (int i = 0; i < p->used && e == SLUICE_OK; i++) {
-            slot *s = slot_at(p, i);
-            if (s->state == SLOT_SENT) {
-                s->resent = 1;
-                e = send_slot(p, s);
-            }
+        p->rstep = 0;
+        p->qerr[0] = '\0';
+        for (uint64_t g = p->gid_read; g < p->gid_next && e == SLUICE_OK; g++) {
+            slot *m[GROUP_MAX];
+            int k = members(p, g, m);
+            for (int i = 0; i < k; i++)
+                m[i]->resent = 1;
+            if (k > 0)
+                e = write_group(p, m, k);
         }
         if (e == SLUICE_OK)
             return SLUICE_OK;
@@ -215,6 +437,27 @@ static sluice_err recover(sluice_producer *p)
     }
 }
 
+/* Sends the group being filled, if any. */
+static sluice_err send_open(sluice_producer *p)
+{
+    slot *m[GROUP_MAX];
+    int k = p->nopen;
+    if (k == 0)
+        return SLUICE_OK;
+    for (int i = 0; i < k; i++)
+        m[i] = slot_at(p, p->used - k + i);
+    sluice_err e = send_group(p, m, k);
+    if (e == SLUICE_ERR_IO)
+        e = recover(p);
+    else if (e != SLUICE_OK)
+        seterr(p, "push %s: %s", m[0]->idstr, p->conn->errstr);
+    if (m[0]->state == SLOT_SENT) {
+        p->nopen = 0;
+        p->open_bytes = 0;
+    }
+    return e;
+}
+
 /* ---- replies ---------------------------------------------------------- */
 
 static void count_stored(sluice_producer *p, const slot *s)
@@ -224,15 +467,38 @@ static void count_stored(sluice_producer *p, const slot *s)
     p->st.bytes += s->frame.len;
 }
 
-/* Sets s's state from the push script's reply r, or returns the final
- * error it carries (errstr set). */
-static sluice_err apply_reply(sluice_producer *p, slot *s, const redisReply *r)
+/* What an error refusing a whole group means: Redis at maxmemory (OOM, a
+ * transaction discarded because of it), a passing condition, or neither. */
+static enum slot_state group_error_kind(sluice_producer *p, const char *msg)
+{
+    const char *inner = strstr(msg, "because of: ");
+    if (inner) {
+        inner += strlen("because of: ");
+        if (*inner == '-')
+            inner++;
+        msg = inner;
+    }
+    if (starts_with(msg, "OOM")) {
+        p->oom = 1;
+        return SLOT_FULL;
+    }
+    if (transient_error(msg)) {
+        if (starts_with(msg, "NOSCRIPT"))
+            p->reload_scripts = 1;
+        return SLOT_TRANSIENT;
+    }
+    return SLOT_FAILED;
+}
+
+/* Sets s's state from its element r of the push script's reply, or
+ * returns the final error it carries (errstr set when say). */
+static sluice_err apply_result(sluice_producer *p, slot *s, const redisReply *r, int say)
 {
     if (r->type == REDIS_REPLY_INTEGER) {
         switch (r->integer) {
         case SLUICEI_PUSH_OK:
             count_stored(p, s);
-            s->state = SLOT_DONE;
+            set_state(p, s, SLOT_DONE);
             return SLUICE_OK;
         case SLUICEI_PUSH_DUP:
             /* Re-sent after a lost connection: most likely our own first
@@ -241,71 +507,170 @@ static sluice_err apply_reply(sluice_producer *p, slot *s, const redisReply *r)
                 count_stored(p, s);
             else
                 p->st.duplicates++;
-            s->state = SLOT_DONE;
+            set_state(p, s, SLOT_DONE);
             return SLUICE_OK;
         case SLUICEI_PUSH_FULL:
-            s->state = SLOT_FULL;
+            set_state(p, s, SLOT_FULL);
             return SLUICE_OK;
         }
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        sluice_err code = sluicei_reply_error_code(r);
-        if (code == SLUICE_ERR_FULL) {   /* OOM: Redis itself is full */
-            s->state = SLOT_FULL;
-            return SLUICE_OK;
-        }
-        if (transient_error(r->str)) {
-            if (starts_with(r->str, "NOSCRIPT"))
-                p->reload_scripts = 1;
-            s->state = SLOT_TRANSIENT;
-            return SLUICE_OK;
-        }
-        if (code == SLUICE_ERR_NOQUEUE) {
-            seterr(p, "push %s: queue '%s' does not exist (create it with: sluice-ctl create %s)",
-                   s->idstr, p->queue, p->queue);
-        } else if (code == SLUICE_ERR_TOOBIG) {
-            const char *why = strstr(r->str, "TOOBIG ");
-            seterr(p, "push %s: %s (use smaller batches or raise the queue's byte budget)",
-                   s->idstr, why ? why + 7 : r->str);
-        } else {
-            seterr(p, "push %s: redis: %s", s->idstr, r->str);
-        }
-        return code;
     }
-    seterr(p, "push %s: unexpected reply type %d from the push script", s->idstr, r->type);
-    return SLUICE_ERR_PROTOCOL;
+    set_state(p, s, SLOT_FAILED);
+    sluice_err code = r->type == REDIS_REPLY_ERROR ? sluicei_reply_error_code(r)
+                                                   : SLUICE_ERR_PROTOCOL;
+    if (!say)
+        return code;
+    if (code == SLUICE_ERR_TOOBIG) {
+        const char *why = strstr(r->str, "TOOBIG ");
+        seterr(p, "push %s: %s (use smaller batches or raise the queue's byte budget)",
+               s->idstr, why ? why + 7 : r->str);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        seterr(p, "push %s: redis: %s", s->idstr, r->str);
+    } else {
+        seterr(p, "push %s: unexpected reply type %d from the push script", s->idstr, r->type);
+    }
+    return code;
 }
 
-/* Reads the reply of the oldest SENT slot and applies it. A lost
- * connection is recovered here (the slot stays SENT, re-sent). */
+/* Applies the EXEC reply r of the oldest group to its slots. Returns the
+ * first final error (errstr set when say) after applying them all. */
+static sluice_err finish_group(sluice_producer *p, const redisReply *r, int say)
+{
+    slot *m[GROUP_MAX];
+    int k = members(p, p->gid_read, m);
+    const redisReply *sr = NULL;
+    const char *err = NULL;
+    p->gid_read++;
+    p->nsent -= k;
+    if (r->type == REDIS_REPLY_ERROR)
+        err = p->qerr[0] ? p->qerr : r->str;   /* EXECABORT: the reason came first */
+    else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+             (sr = r->element[1])->type == REDIS_REPLY_ERROR)
+        err = sr->str;
+    if (err) {
+        /* Refused as a whole: Redis full, a passing condition, or final. */
+        enum slot_state st = group_error_kind(p, err);
+        for (int i = 0; i < k; i++)
+            set_state(p, m[i], st);
+        if (st != SLOT_FAILED)
+            return SLUICE_OK;
+        redisReply er = {.type = REDIS_REPLY_ERROR, .str = (char *)err, .len = strlen(err)};
+        sluice_err code = sluicei_reply_error_code(&er);
+        if (!say)
+            return code;
+        if (code == SLUICE_ERR_NOQUEUE)
+            seterr(p, "push %s: queue '%s' does not exist (create it with: sluice-ctl create %s)",
+                   k ? m[0]->idstr : "?", p->queue, p->queue);
+        else
+            seterr(p, "push %s: redis: %s", k ? m[0]->idstr : "?", err);
+        return code;
+    }
+    if (!sr || sr->type != REDIS_REPLY_ARRAY || sr->elements != (size_t)k) {
+        for (int i = 0; i < k; i++)
+            set_state(p, m[i], SLOT_FAILED);
+        if (say)
+            seterr(p, "push %s: unexpected reply to the push transaction (type %d)",
+                   k ? m[0]->idstr : "?", r->type);
+        return SLUICE_ERR_PROTOCOL;
+    }
+    sluice_err first = SLUICE_OK;
+    for (int i = 0; i < k; i++) {
+        sluice_err e = apply_result(p, m[i], sr->element[i], say && first == SLUICE_OK);
+        if (first == SLUICE_OK)
+            first = e;
+    }
+    return first;
+}
+
+/* Consumes reply r (owned by the caller) of the oldest group: the
+ * MULTI, MSET and EVALSHA replies only say "queued" (or why not); the
+ * fourth, EXEC's, carries the outcome. */
+static sluice_err take_reply(sluice_producer *p, const redisReply *r, int say)
+{
+    if (p->rstep < 3) {
+        if (r->type == REDIS_REPLY_ERROR && !p->qerr[0])
+            snprintf(p->qerr, sizeof p->qerr, "%s", r->str);
+        p->rstep++;
+        return SLUICE_OK;
+    }
+    p->rstep = 0;
+    sluice_err e = finish_group(p, r, say);
+    p->qerr[0] = '\0';
+    return e;
+}
+
+/* A connection lost awaiting the oldest group's replies: sent again,
+ * unless this keeps happening to it. */
+static sluice_err lost_reply(sluice_producer *p)
+{
+    slot *m[GROUP_MAX];
+    int k = members(p, p->gid_read, m), worst = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < k; i++) {
+        if (++m[i]->losses > worst)
+            worst = m[i]->losses;
+        bytes += m[i]->frame.len;
+    }
+    if (worst >= MAX_LOSSES_PER_PUSH) {
+        seterr(p, "push %s: connection lost %d times awaiting the reply to this group of %d "
+               "batch%s, %zu bytes (does the server refuse it? see proto-max-bulk-len): %s",
+               k ? m[0]->idstr : "?", worst, k, k == 1 ? "" : "es", bytes, p->conn->errstr);
+        return SLUICE_ERR_IO;
+    }
+    return recover(p);
+}
+
+/* Reads (waiting for it) and consumes the next reply owed. A lost
+ * connection is recovered here (the groups stay SENT, sent again). */
 static sluice_err read_one(sluice_producer *p)
 {
-    slot *s = NULL;
-    for (int i = 0; i < p->used && !s; i++)
-        if (slot_at(p, i)->state == SLOT_SENT)
-            s = slot_at(p, i);
-    if (!s)
+    if (p->nsent == 0)
         return SLUICE_OK;
     redisReply *r = NULL;
     sluice_err e = sluicei_conn_read_reply(p->conn, &r);
-    if (e == SLUICE_ERR_IO) {
-        if (++s->losses >= MAX_LOSSES_PER_PUSH) {
-            seterr(p, "push %s: connection lost %d times awaiting the reply to this batch of "
-                   "%zu bytes (does the server refuse it? see proto-max-bulk-len): %s",
-                   s->idstr, s->losses, s->frame.len, p->conn->errstr);
-            return SLUICE_ERR_IO;
-        }
-        return recover(p);
-    }
+    if (e == SLUICE_ERR_IO)
+        return lost_reply(p);
     if (!r) {
-        seterr(p, "push %s: %s", s->idstr, p->conn->errstr);
+        seterr(p, "push: %s", p->conn->errstr);
         return e;
     }
-    e = apply_reply(p, s, r);
+    e = take_reply(p, r, 1);
     freeReplyObject(r);
-    if (e != SLUICE_OK)
-        s->state = SLOT_FAILED;
-    p->nsent--;
     return e;
+}
+
+/* Consumes the replies that have arrived, without waiting. */
+static sluice_err read_ready(sluice_producer *p)
+{
+    while (p->nsent > 0 && p->conn->ctx) {
+        redisContext *ctx = p->conn->ctx;
+        void *r = NULL;
+        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
+            snprintf(p->conn->errstr, sizeof p->conn->errstr, "redis: %s", ctx->errstr);
+            redisFree(ctx);
+            p->conn->ctx = NULL;
+            return lost_reply(p);
+        }
+        if (r) {
+            sluice_err e = take_reply(p, r, 1);
+            freeReplyObject(r);
+            if (e != SLUICE_OK)
+                return e;
+            continue;
+        }
+        struct pollfd pf = {.fd = ctx->fd, .events = POLLIN};
+        if (poll(&pf, 1, 0) <= 0)
+            return SLUICE_OK;
+        if (redisBufferRead(ctx) != REDIS_OK) {
+            char addr[256];
+            sluicei_url_describe(&p->conn->url, addr, sizeof addr);
+            snprintf(p->conn->errstr, sizeof p->conn->errstr, "redis %s: %s", addr,
+                     ctx->errstr[0] ? ctx->errstr : "connection closed");
+            redisFree(ctx);
+            p->conn->ctx = NULL;
+            return lost_reply(p);
+        }
+    }
+    return SLUICE_OK;
 }
 
 static void pop_done(sluice_producer *p)
@@ -321,26 +686,25 @@ static void pop_done(sluice_producer *p)
  * was stored, drops the rest. Appends the number dropped to errstr. */
 static void abandon(sluice_producer *p)
 {
-    uint64_t dropped = 0;
+    uint64_t dropped = 0, failed = 0;
     /* The failed push itself is not counted: errstr names it. */
-    for (int i = 0; i < p->used; i++) {
-        slot *s = slot_at(p, i);
-        if (s->state == SLOT_SENT && p->conn->ctx) {
-            redisReply *r = NULL;
-            sluicei_conn_read_reply(p->conn, &r);
-            if (r && r->type == REDIS_REPLY_INTEGER && r->integer == SLUICEI_PUSH_OK) {
-                count_stored(p, s);
-                s->state = SLOT_DONE;
-            } else if (r && r->type == REDIS_REPLY_INTEGER && r->integer == SLUICEI_PUSH_DUP) {
-                s->state = SLOT_DONE;
-            }
-            if (r)
-                freeReplyObject(r);
-        }
-        if (s->state != SLOT_DONE && s->state != SLOT_FAILED)
-            dropped++;
+    for (int i = 0; i < p->used; i++)
+        failed += slot_at(p, i)->state == SLOT_FAILED;
+    while (p->nsent > 0 && p->conn->ctx) {
+        redisReply *r = NULL;
+        if (sluicei_conn_read_reply(p->conn, &r) == SLUICE_ERR_IO || !r)
+            break;
+        take_reply(p, r, 0);
+        freeReplyObject(r);
     }
-    p->head = p->used = p->nsent = 0;
+    for (int i = 0; i < p->used; i++)
+        dropped += slot_at(p, i)->state != SLOT_DONE;
+    dropped -= failed;
+    p->head = p->used = p->nsent = p->nrefused = p->nopen = 0;
+    p->open_bytes = 0;
+    p->gid_read = p->gid_next;
+    p->rstep = 0;
+    p->qerr[0] = '\0';
     if (dropped) {
         size_t n = strlen(p->errstr);
         snprintf(p->errstr + n, sizeof p->errstr - n, " (%" PRIu64 " other unconfirmed batch%s dropped)",
@@ -468,8 +832,16 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
         /* A token in the room list means a consumer acknowledged a batch
          * since; the timeout covers room made any other way (a purge, a
          * budget raised) and another producer taking the token. */
+        int64_t ms = ROOM_WAIT_S * 1000;
+        if (p->task_held && !p->lease_lost) {
+            /* Back in time for the next renewal of the task's lease. */
+            int64_t due = p->renewed_ms + p->lease_ms / 3 - sluicei_now_ms();
+            ms = due < 10 ? 10 : due < ms ? due : ms;
+        }
+        char secs[24];
+        snprintf(secs, sizeof secs, "%.3f", (double)ms / 1000.0);
         redisReply *r = NULL;
-        e = sluicei_conn_command(p->conn, &r, "BLPOP %s %d", p->room_key, ROOM_WAIT_S);
+        e = sluicei_conn_command(p->conn, &r, "BLPOP %s %s", p->room_key, secs);
         if (r)
             freeReplyObject(r);
         if (e == SLUICE_ERR_REDIS) {
@@ -494,49 +866,68 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
     return e;
 }
 
-/* Pushes s (refused once, state FULL or TRANSIENT) again until Redis
- * stores it or drops it as a duplicate. Nothing else is in flight. */
-static sluice_err push_until_stored(sluice_producer *p, slot *s)
+/* Sends the refused slots again, in ring order, one group at a time,
+ * until none is refused. Nothing else is in flight. The producer waits
+ * for room (or for a passing condition to pass) first, and again whenever
+ * a group is refused again: so a full queue costs one group per room
+ * token, not every batch of the ring. While Redis is short of memory the
+ * groups are single batches: whatever room there is may fit one batch
+ * and not a whole group. */
+static sluice_err retry_refused(sluice_producer *p)
 {
-    p->st.full_waits += s->state == SLOT_FULL;
-    for (;;) {
-        sluice_err e = wait_retry(p, s, s->state);
-        if (e != SLUICE_OK)
-            return e;
-        s->state = SLOT_SENT;
-        p->nsent++;
-        e = send_slot(p, s);
-        if (e == SLUICE_ERR_IO)
-            e = recover(p);   /* re-sends s */
-        while (e == SLUICE_OK && s->state == SLOT_SENT)
+    int wait = 1;
+    while (p->nrefused > 0) {
+        slot *m[GROUP_MAX];
+        int k = 0, full = 0;
+        size_t bytes = 0;
+        int kmax = p->oom ? 1 : p->gmax;
+        p->oom = 0;
+        for (int i = 0; i < p->used && k < kmax; i++) {
+            slot *s = slot_at(p, i);
+            if (s->state != SLOT_FULL && s->state != SLOT_TRANSIENT)
+                continue;
+            if (k > 0 && (bytes + s->frame.len > GROUP_BYTES || !same_task(m[0], s)))
+                break;
+            full |= s->state == SLOT_FULL;
+            m[k++] = s;
+            bytes += s->frame.len;
+        }
+        if (k == 0)
+            break;
+        sluice_err e = SLUICE_OK;
+        if (wait) {
+            p->st.full_waits += full;
+            e = wait_retry(p, m[0], full ? SLOT_FULL : SLOT_TRANSIENT);
+        }
+        if (e == SLUICE_OK) {
+            e = send_group(p, m, k);
+            if (e == SLUICE_ERR_IO)
+                e = recover(p);   /* sends the group again */
+            else if (e != SLUICE_OK)
+                seterr(p, "push %s: %s", m[0]->idstr, p->conn->errstr);
+        }
+        while (e == SLUICE_OK && p->nsent > 0)
             e = read_one(p);
         if (e != SLUICE_OK)
             return e;
-        if (s->state == SLOT_DONE)
-            return SLUICE_OK;
+        wait = 0;
+        for (int i = 0; i < k; i++)
+            wait |= m[i]->state == SLOT_FULL || m[i]->state == SLOT_TRANSIENT;
     }
+    return SLUICE_OK;
 }
 
-/* Reads replies, oldest first, until at most keep pushes are unanswered.
- * When one was refused, reads all of them, then pushes the refused ones
- * again one at a time: afterwards nothing is in flight. On error the ring
- * is emptied (abandon()). */
+/* Sends the group being filled, then reads replies, oldest first, until
+ * at most keep pushes are unanswered. When one was refused, reads all of
+ * them and pushes the refused ones again: afterwards nothing is in flight.
+ * On error the ring is emptied (abandon()). */
 static sluice_err settle(sluice_producer *p, int keep)
 {
-    int refused = 0;
-    sluice_err e = SLUICE_OK;
-    while (e == SLUICE_OK && p->nsent > (refused ? 0 : keep)) {
+    sluice_err e = send_open(p);
+    while (e == SLUICE_OK && p->nsent > (p->nrefused ? 0 : keep))
         e = read_one(p);
-        for (int i = 0; i < p->used; i++)
-            if (slot_at(p, i)->state == SLOT_FULL || slot_at(p, i)->state == SLOT_TRANSIENT)
-                refused = 1;
-        pop_done(p);
-    }
-    for (int i = 0; e == SLUICE_OK && i < p->used; i++) {
-        slot *s = slot_at(p, i);
-        if (s->state == SLOT_FULL || s->state == SLOT_TRANSIENT)
-            e = push_until_stored(p, s);
-    }
+    if (e == SLUICE_OK)
+        e = retry_refused(p);
     if (e != SLUICE_OK) {
         abandon(p);
         return e;
@@ -544,6 +935,7 @@ static sluice_err settle(sluice_producer *p, int keep)
     pop_done(p);
     return SLUICE_OK;
 }
+
 
 /* ---- the API ---------------------------------------------------------- */
 
@@ -610,8 +1002,11 @@ sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opt
         set_errbuf(errbuf, errlen, "out of memory");
         return SLUICE_ERR_NOMEM;
     }
+    p->gmax = p->nslots / 2 < 1 ? 1 : p->nslots / 2 > GROUP_MAX ? GROUP_MAX : p->nslots / 2;
     snprintf(p->queue, sizeof p->queue, "%s", o->queue);
     sluicei_key(p->room_key, p->queue, "room");
+    sluicei_key(p->meta_key, p->queue, "meta");
+    sluicei_key(p->in_prefix, p->queue, "in:");
     sluicei_key(p->task_wake_key, p->queue, "task_wake");
     if (o->producer_id)
         snprintf(p->id, sizeof p->id, "%s", o->producer_id);
@@ -652,6 +1047,7 @@ sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opt
         sluice_producer_close(p);
         return e;
     }
+    p->opened = 1;
     *out = p;
     return SLUICE_OK;
 }
@@ -681,19 +1077,36 @@ static sluice_err next_slot(sluice_producer *p, slot **out)
     return SLUICE_OK;
 }
 
-/* Puts the encoded slot s in flight. */
+/* Adds the encoded slot s to the group being filled, and sends the group
+ * when it is full or when no other group awaits its answer (see "Groups"
+ * at the top). A refusal seen on the way is dealt with at once: the push
+ * waits for room. */
 static sluice_err launch(sluice_producer *p, slot *s, uint64_t nrecords)
 {
+    /* A group is one task's batches: a new task starts a new group. */
+    if (p->nopen > 0 && !same_task(slot_at(p, p->used - 1), s)) {
+        sluice_err e = send_open(p);
+        if (e != SLUICE_OK) {
+            abandon(p);
+            return e;
+        }
+    }
     s->nrecords = nrecords;
-    s->state = SLOT_SENT;
+    s->state = SLOT_OPEN;
     p->used++;
-    p->nsent++;
+    p->nopen++;
+    p->open_bytes += s->frame.len;
     p->next_seq++;
-    sluice_err e = send_slot(p, s);
-    if (e == SLUICE_ERR_IO)
-        e = recover(p);
-    else if (e != SLUICE_OK)
-        seterr(p, "push %s: %s", s->idstr, p->conn->errstr);
+    sluice_err e = SLUICE_OK;
+    int send = p->nopen >= p->gmax || p->open_bytes >= GROUP_BYTES || p->nsent == 0;
+    if (!send) {
+        e = read_ready(p);
+        send = p->nsent == 0;
+    }
+    if (e == SLUICE_OK && send)
+        e = send_open(p);
+    if (e == SLUICE_OK && p->nrefused > 0)
+        return settle(p, p->nslots);
     if (e != SLUICE_OK)
         abandon(p);
     return e;
@@ -789,11 +1202,12 @@ void sluice_producer_close(sluice_producer *p)
         sluice_producer_task_release(p, p->task_held);   /* not left to the reaper */
     if (p->conn && p->used > 0)
         settle(p, 0);
-    if (p->conn && p->conn->ctx)
+    if (p->opened && p->conn && p->conn->ctx)
         beat(p, 0);   /* the final counters, for sluice-ctl info */
     sluicei_conn_close(p->conn);
     for (int i = 0; i < p->nslots; i++)
         sluicei_buf_free(&p->ring[i].frame);
+    sluicei_buf_free(&p->req);
     free(p->ring);
     free(p);
 }

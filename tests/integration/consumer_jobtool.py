@@ -59,11 +59,14 @@ class Job:
     def key(self, name):
         return "sluice:{%s}:%s" % (self.q, name)
 
-    def script(self, name, *args):
+    def source(self, name):
         if name not in self.src:
             self.src[name] = subprocess.run([self.ctl, "script", name], check=True,
                                             stdout=subprocess.PIPE).stdout.decode()
-        return self.r.eval(self.src[name], 1, self.meta, *args)
+        return self.src[name]
+
+    def script(self, name, *args):
+        return self.r.eval(self.source(name), 1, self.meta, *args)
 
     def submit(self, epochs, ntasks):
         args = [epochs, ntasks, 4, 0, 3, int(time.time() * 1e6)]
@@ -78,10 +81,15 @@ class Job:
         return res[1].decode()
 
     def push(self, epoch, task, seq, records, version=1):
+        """Pushes one batch as docs/PROTOCOL.md says: in one MULTI, SET the
+        frame as in:<id>, then the push script."""
         bid = "%d:%d:%d" % (epoch, task, seq)
+        f = frame(epoch, task, seq, records, version)
         while True:
-            res = self.script("push", bid, frame(epoch, task, seq, records, version),
-                              epoch, task, seq)
+            tx = self.r.pipeline(transaction=True)
+            tx.set(self.key("in:" + bid), f)
+            tx.eval(self.source("push"), 1, self.meta, epoch, task, seq)
+            res = tx.execute()[-1][0]
             if res in (1, 2):
                 return res
             if res != 0:
@@ -112,7 +120,8 @@ class Job:
 
     def raw(self, bid, value, epoch=0):
         """Stores any value under any id and queues it, as push would."""
-        self.r.hset(self.key("data"), bid, value)
+        self.r.set(self.key("b:" + bid), value)
+        self.r.hset(self.key("dlv"), bid, 0)
         self.r.incrby(self.key("bytes"), len(value))
         self.r.lpush(self.key("ready:%d" % epoch), bid)
 

@@ -41,7 +41,7 @@ dead=$(redis_tmp_cli LRANGE "sluice:{$q}:dead" 0 -1)
 info=$(redis_tmp_cli HGET "sluice:{$q}:deadinfo" "$id")
 note "deadinfo $id: $info"
 [[ $info == *"delivered 3 times without an acknowledgement"* ]] || fail "deadinfo has no reason: $info"
-(( $(redis_tmp_cli HSTRLEN "sluice:{$q}:deaddata" "$id") > 0 )) || fail "the frame was not kept in deaddata"
+(( $(redis_tmp_cli STRLEN "sluice:{$q}:deadb:$id") > 0 )) || fail "the frame was not kept as deadb:$id"
 [[ $(info_field "$q" batches) == 0 ]] || fail "batches left: $(info_field "$q" batches)"
 if ctl dead "$q" >"$T/dead.out" 2>&1; then
     grep -q "$id" "$T/dead.out" || fail "sluice-ctl dead does not list $id: $(cat "$T/dead.out")"

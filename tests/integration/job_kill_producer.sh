@@ -32,7 +32,7 @@ wait_for() {
 # owner_is Q TASK ID: TASK is claimed by producer ID.
 owner_is() { [[ $(rcli HGET "sluice:{$1}:towner" "$2") == "$3" ]]; }
 # held_is Q N: the queue holds N batches.
-held_is() { [[ $(rcli HLEN "sluice:{$1}:data") == "$2" ]]; }
+held_is() { [[ $(rcli HLEN "sluice:{$1}:dlv") == "$2" ]]; }
 
 redis_tmp_start
 

@@ -20,7 +20,7 @@ wait_for() {
     return 1
 }
 owner_is() { [[ $(rcli HGET "sluice:{$1}:towner" "$2") == "$3" ]]; }
-held_is() { [[ $(rcli HLEN "sluice:{$1}:data") == "$2" ]]; }
+held_is() { [[ $(rcli HLEN "sluice:{$1}:dlv") == "$2" ]]; }
 
 redis_tmp_start
 q=jobterm

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Pushes v1 batches built only from docs/PROTOCOL.md: frames packed here
-with msgpack, the push script's text read from the document's `### push`
-block and run with EVAL. Prints one line
+with msgpack and pushed as the document says (one MULTI: SET of the frame
+as sluice:{Q}:in:<id>, then the push script, whose text is read from the
+document's `### push` block and run with EVAL). Prints one line
     records=R batches=B checksum=<16 hex> script=<doc|ctl>
 for the shell test to compare with sluice-consume --summary.
 
@@ -78,6 +79,12 @@ def main():
     r = redis.Redis(host="127.0.0.1", port=int(port))
     meta = "sluice:{%s}:meta" % queue
     room = "sluice:{%s}:room" % queue
+
+    def push(bid, f, epoch, task, seq):
+        tx = r.pipeline(transaction=True)           # MULTI ... EXEC
+        tx.set("sluice:{%s}:in:%s" % (queue, bid), f)
+        tx.eval(src, 1, meta, epoch, task, seq)
+        return tx.execute()[-1][0]                  # the script's result for this batch
     rng = random.Random(42)
     total = 0
     csum = 0
@@ -89,7 +96,7 @@ def main():
         f = frame(epoch, task, seq, records)
         bid = "%d:%d:%d" % (epoch, task, seq)
         while True:
-            res = r.eval(src, 1, meta, bid, f, epoch, task, seq)
+            res = push(bid, f, epoch, task, seq)
             if res == 1:
                 break
             if res == 0:                # full: wait for a room token
@@ -101,7 +108,7 @@ def main():
             csum = (csum + fnv1a64(rec)) & MASK
     # Pushing a stored id again is a duplicate: dropped, reported as 2.
     bid = "%d:%d:%d" % (epoch, task, 0)
-    res = r.eval(src, 1, meta, bid, frame(epoch, task, 0, [b"dup"]), epoch, task, 0)
+    res = push(bid, frame(epoch, task, 0, [b"dup"]), epoch, task, 0)
     if res != 2:
         sys.exit("re-push of %s returned %r, expected 2 (duplicate)" % (bid, res))
     print("records=%d batches=%d checksum=%016x script=%s" % (total, nbatches, csum, origin))
