@@ -162,7 +162,7 @@ snapshot() {
     {
         printf 'HMGET %s:job epoch_open state epochs\n' "$K"
         printf 'HMGET %s:stats acked acked_bytes\n' "$K"
-        printf 'HLEN %s:data\nGET %s:bytes\n' "$K" "$K"
+        printf 'HLEN %s:dlv\nGET %s:bytes\n' "$K" "$K"
         for c in $cids; do printf 'HGET %s:cstats:%s blocked_us\n' "$K" "$c"; done
     } | redis_tmp_cli 2>/dev/null
 }
