@@ -34,7 +34,7 @@ PARAMS = {
     64 * KIB: dict(count=8192, peer_count=4096, limit_count=8192, limit_count_p1=8192,
                    prefetch=32, inflight=32, lat_count=1000, lat_sleep_us=300),
     MIB: dict(count=512, peer_count=256, limit_count=512, limit_count_p1=512,
-              prefetch=4, inflight=2, lat_count=200, lat_sleep_us=3000),
+              prefetch=4, inflight=1, lat_count=200, lat_sleep_us=3000),
     4 * MIB: dict(count=128, peer_count=64, limit_count=128, limit_count_p1=128,
                   prefetch=4, inflight=1, lat_count=60, lat_sleep_us=12000),
 }
