@@ -53,8 +53,10 @@ sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t
 
 /* Packs n records into one batch and pushes it. The records are copied
  * into the frame before the call returns; the caller keeps ownership. May
- * return before Redis stored the batch (pipelining): sluice_producer_flush()
- * waits for that. Waits while the queue is at its budget. */
+ * return before Redis stored the batch (pipelining, and grouping of small
+ * batches into one request): sluice_producer_flush() waits for that, so
+ * call it before pausing, or a batch may wait in the producer until the
+ * next push. Waits while the queue is at its budget. */
 sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n);
 
 /* Same, for a batch of nt tensors of n rows each (shape[0] == n). */
