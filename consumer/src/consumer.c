@@ -2056,7 +2056,7 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
     return e;
 }
 
-void sluice_batch_release(sluice_batch *b)
+void sluice_batch_ack(sluice_batch *b)
 {
     if (!b)
         return;
@@ -2077,6 +2077,11 @@ void sluice_batch_release(sluice_batch *b)
             wake_write(c);
         b->acked = 1;
     }
+}
+
+void sluice_batch_release(sluice_batch *b)
+{
+    sluice_batch_ack(b);
     sluice_batch_free(b);
 }
 

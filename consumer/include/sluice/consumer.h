@@ -136,6 +136,13 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
  * whose consumer was closed, is only freed. NULL is a no-op. */
 void sluice_batch_release(sluice_batch *b);
 
+/* Acknowledges b now but keeps it: b and what its accessors returned stay
+ * valid until sluice_batch_release(), which then only frees. For bindings
+ * whose views of a batch may outlive the point where the application is
+ * done with it (Python's numpy arrays). NULL, or a second call, is a
+ * no-op. Same thread rules as release(). */
+void sluice_batch_ack(sluice_batch *b);
+
 /* Stops the background thread after it sent the queued acks and handed
  * back every batch this consumer holds but has not acknowledged: the
  * prefetched ones (their delivery is not counted) and the ones the caller
