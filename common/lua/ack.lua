@@ -43,4 +43,5 @@ for e, k in pairs(ep) do
   redis.call('HINCRBY', pre .. 'estats', e .. ':acked', k)
 end
 wake_producers()
+final_if_drained()
 return n

@@ -4,4 +4,5 @@
 --! include lib
 redis.call('LREM', pre .. 'pending:' .. ARGV[1], 1, ARGV[2])
 dead_letter(ARGV[2], ARGV[3], ARGV[4])
+final_if_drained()
 return 1

@@ -100,9 +100,30 @@ local function drop_consumer(cid)
   redis.call('DEL', pre .. 'cstats:' .. cid)
 end
 
+-- Pushes marker (unless nil: pushed already) into epoch e's list and moves
+-- epoch_open past every epoch whose end is posted.
+local function post_markers(e, marker)
+  if marker then redis.call('LPUSH', ready_key(e, nil), marker) end
+  local open = tonumber(redis.call('HGET', job, 'epoch_open') or '0')
+  while redis.call('HEXISTS', pre .. 'eof', open) == 1 and
+        redis.call('HGET', job, 'final_pending') ~= tostring(open) do
+    open = open + 1
+  end
+  redis.call('HSET', job, 'epoch_open', open)
+  if open >= tonumber(redis.call('HGET', job, 'epochs')) then
+    redis.call('HSET', job, 'state', 'finished')
+    -- Producers waiting for a task learn at once that none will come.
+    redis.call('LPUSH', pre .. 'task_wake', 1)
+    redis.call('LTRIM', pre .. 'task_wake', 0, 15)
+  end
+  wake_producers()
+end
+
 -- Posts the end of epoch e once every task of e is done or failed: in a
 -- coordinated queue the last, incomplete round is dropped or padded first;
 -- then an end marker goes behind the epoch's last batch in every list.
+-- In a free queue the end of the job's last epoch waits until no batch is
+-- held (see final_if_drained).
 local function epoch_end(e)
   local ntasks = tonumber(redis.call('HGET', job, 'ntasks') or '0')
   if ntasks == 0 then return end
@@ -137,19 +158,33 @@ local function epoch_end(e)
       redis.call('DEL', stage)
     end
     for r = 0, n - 1 do redis.call('LPUSH', ready_key(e, r), marker) end
-  else
-    redis.call('LPUSH', ready_key(e, nil), marker)
+    post_markers(e, nil)
+    return
   end
-  local open = tonumber(redis.call('HGET', job, 'epoch_open') or '0')
-  while redis.call('HEXISTS', pre .. 'eof', open) == 1 do open = open + 1 end
-  redis.call('HSET', job, 'epoch_open', open)
-  if open >= tonumber(redis.call('HGET', job, 'epochs')) then
+  if tonumber(e) == tonumber(redis.call('HGET', job, 'epochs')) - 1 then
+    -- Every task is done: producers may go.
     redis.call('HSET', job, 'state', 'finished')
-    -- Producers waiting for a task learn at once that none will come.
     redis.call('LPUSH', pre .. 'task_wake', 1)
     redis.call('LTRIM', pre .. 'task_wake', 0, 15)
+    if redis.call('HLEN', pre .. 'dlv') > 0 then
+      -- The job's last end waits for every batch to be acknowledged: a
+      -- consumer that dies holding some hands them back after its lease,
+      -- and no epoch would follow to deliver them in. ack, dead, reap and
+      -- requeue post it once nothing is held (final_if_drained).
+      redis.call('HSET', job, 'final_pending', e)
+      return
+    end
   end
-  wake_producers()
+  post_markers(e, marker)
+end
+
+-- Posts the job's last end once no batch is held any more.
+local function final_if_drained()
+  local e = redis.call('HGET', job, 'final_pending')
+  if e and redis.call('HLEN', pre .. 'dlv') == 0 then
+    redis.call('HDEL', job, 'final_pending')
+    post_markers(e, 'eof:' .. e)
+  end
 end
 
 -- A task leaves its producer without being done: it is tried again, or,

@@ -20,4 +20,5 @@ for i = 1, #seen, 2 do
 end
 local t = 0
 if redis.call('EXISTS', job) == 1 then t = reap_tasks(now) end
+final_if_drained()
 return {n, t}

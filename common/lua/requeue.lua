@@ -8,4 +8,5 @@ for i = 3, #ARGV do unseen[ARGV[i]] = true end
 local maxd = tonumber(redis.call('HGET', meta, 'max_deliveries') or '0')
 local n = give_back(ARGV[1], maxd, ARGV[2], unseen)
 drop_consumer(ARGV[1])
+final_if_drained()
 return n

@@ -3,11 +3,12 @@
 # the job. A 2-epoch job (2 shards x 10 batches per epoch, queue lease 1 s):
 # a consumer (tests/tools/hold) takes 3 batches of epoch 0 and holds them;
 # the producer pushes everything; a second consumer reads the rest of both
-# epochs and finishes. Then the holder is killed with -9 and, after its
-# lease ran out, a replacement consumer starts, as a supervisor would
-# restart a dead trainer. Checked: the held batches are not lost: the
-# replacement receives them (deliveries >= 2) and every batch id of both
-# epochs is delivered and acknowledged, nothing left in Redis.
+# epochs and must not finish while batches are held: the end of the job's
+# last epoch waits for them. Then the holder is killed with -9; after its
+# lease ran out the waiting consumer receives the held batches
+# (deliveries >= 2) and finishes. A consumer started afterwards finds
+# nothing left. Checked: every batch id of both epochs is delivered and
+# acknowledged, nothing left in Redis.
 # shellcheck source=tests/faults/_lib.sh
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl sluice-producer sluice-consume hold gen-tfrecord
@@ -28,15 +29,23 @@ wait_for 10 grep -q '^held 3' "$T/hold" || fail "hold did not take 3 batches: $(
 echo "holder took: $(grep '^id ' "$T/hold" | cut -d' ' -f2 | paste -sd' ')"
 
 start_consumer "$T/c1" "$q" --quiet
-rc=0; wait_pid "$BG_PID" 30 || rc=$?
-((rc == 0)) || fail "consumer 1 exit $rc: $(cat "$T/c1.err")"
-echo "consumer 1 finished the job with $(grep -c '^id ' "$T/c1") batches; held: $(info_field "$q" pending) pending"
+c1=$BG_PID
+# Everything but the 4 the holder has (3 held, 1 prefetched) arrives; then
+# consumer 1 waits.
+wait_for 20 bash -c "[[ \$(grep -c '^id ' '$T/c1') -ge 36 ]]" ||
+    fail "consumer 1 got $(grep -c '^id ' "$T/c1") of 36 batches (40 less the 3 held and 1 prefetched)"
+sleep 1
+kill -0 "$c1" 2>/dev/null || fail "consumer 1 finished the job while 3 batches were still held"
+echo "consumer 1 waits at the end of the job; held: $(info_field "$q" pending) pending"
 
 { kill -KILL "$h"; wait "$h"; } 2>/dev/null || true
-sleep 1.5   # the holder's lease (1 s) runs out
-start_consumer "$T/c2" "$q" --quiet --timeout-ms 10000
+rc=0; wait_pid "$c1" 30 || rc=$?
+((rc == 0)) || fail "consumer 1 exit $rc after the holder died: $(cat "$T/c1.err")"
+echo "consumer 1 finished with $(grep -c '^id ' "$T/c1") batches: $(grep '^id ' "$T/c1" | grep -v 'deliveries=1' | cut -d' ' -f2,3 | paste -sd' ')"
+grep '^id 0:0:0 ' "$T/c1" | grep -q 'deliveries=2' || fail "0:0:0 was not redelivered to consumer 1 with deliveries=2"
+start_consumer "$T/c2" "$q" --quiet --timeout-ms 3000
 rc=0; wait_pid "$BG_PID" 30 || rc=$?
-((rc == 0)) || fail "replacement consumer exit $rc: $(cat "$T/c2.err")"
-echo "replacement consumer got $(grep -c '^id ' "$T/c2") batches: $(grep '^id ' "$T/c2" | cut -d' ' -f2,3 | paste -sd' ')"
+((rc == 0)) || fail "a later consumer exit $rc: $(cat "$T/c2.err")"
+[[ $(grep -c '^id ' "$T/c2") == 0 ]] || fail "a later consumer still got batches: $(cat "$T/c2")"
 check_ids "$q" 2 "$(batches_per_shard 2 100 10)" --killed "$T/hold" "$T/c1" "$T/c2"
-echo "ok: the batches a killed consumer held at the end of the job were delivered again"
+echo "ok: the batches a consumer held when it was killed at the end of the job reached the one still waiting"
