@@ -36,12 +36,17 @@ env -i PATH="$PATH" HOME="$T" make -s -C "$ROOT" compose-check >"$T/make.out" 2>
 dc --env-file .env.example config >"$T/config.yml" 2>"$T/dc.err" ||
     fail "docker-compose config failed: $(cat "$T/dc.err")"
 
-note "no REDIS_PASSWORD: compose refuses"
+note "no REDIS_PASSWORD: the file validates, the redis container refuses to start"
+(cd "$proj" && env -i PATH="$PATH" HOME="$T" docker-compose -f docker-compose.yml config -q) 2>"$T/dc.err" ||
+    fail "docker-compose -f docker-compose.yml config -q without an env file failed: $(cat "$T/dc.err")"
 grep -v '^REDIS_PASSWORD=' "$proj/.env.example" >"$proj/nopass.env"
-if dc --env-file nopass.env config -q 2>"$T/dc.err"; then
-    fail "docker-compose config accepted an env file without REDIS_PASSWORD"
-fi
-grep -q 'set REDIS_PASSWORD' "$T/dc.err" || fail "no hint to set REDIS_PASSWORD in: $(cat "$T/dc.err")"
+dc --env-file nopass.env config >"$T/nopass.yml" 2>"$T/dc.err" ||
+    fail "docker-compose config without REDIS_PASSWORD failed: $(cat "$T/dc.err")"
+guard=$(sed -n '/^  redis:/,/^  [a-z]/p' "$T/nopass.yml" | grep -F 'test -n "$$REDIS_PASSWORD"' || true)
+[[ -n $guard ]] || fail "the redis service does not refuse an empty REDIS_PASSWORD"
+# The guard itself: without a password it exits 1 naming the setting.
+rc=0; env -i REDIS_PASSWORD= sh -c 'test -n "$REDIS_PASSWORD" || { echo "set REDIS_PASSWORD in .env" >&2; exit 1; }; exit 0' 2>"$T/guard.err" || rc=$?
+((rc == 1)) && grep -q 'set REDIS_PASSWORD' "$T/guard.err" || fail "the guard does not refuse an empty password"
 
 note "resolved configuration"
 if "$PY" -c 'import yaml' 2>/dev/null; then
