@@ -216,5 +216,6 @@ fuzz: $(DEPS_OK)
 # example settings; needs Debian's docker-compose, no Docker daemon.
 # tests/integration/compose_check.sh runs it, plus checks of the content.
 compose-check:
+	@scripts/install-deps.sh
 	docker-compose -f docker-compose.yml --env-file .env.example config -q
 .PHONY: compose-check
