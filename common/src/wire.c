@@ -191,8 +191,9 @@ sluice_err sluicei_wire_encode_records(sluicei_buf *out, const sluicei_batch_met
         return e;
     if (n > 0 && !recs)
         return SLUICE_ERR_INVALID;
-    /* msgpack arrays and bins carry 32-bit lengths. */
-    if ((uint64_t)n > UINT32_MAX)
+    /* msgpack arrays carry 32-bit lengths, and decoders refuse more records
+     * than SLUICE_MAX_RECORDS. */
+    if ((uint64_t)n > SLUICE_MAX_RECORDS)
         return SLUICE_ERR_TOOBIG;
     size_t need = add_sat(64, plen);
     for (size_t i = 0; i < n; i++) {
@@ -665,6 +666,13 @@ static sluice_err check_records(const uint8_t *p, size_t len, size_t off, uint64
         return fail(err, errlen, SLUICE_ERR_PROTOCOL,
                     "offset %zu: field \"r\": %llu records but \"n\" is %llu", off,
                     (unsigned long long)h.u, (unsigned long long)n);
+    /* The decoder allocates a 16-byte entry per record: bound it by a named
+     * limit, not only by the frame (a frame of empty records would ask for
+     * eight times its size). */
+    if (n > SLUICE_MAX_RECORDS)
+        return fail(err, errlen, SLUICE_ERR_PROTOCOL,
+                    "offset %zu: field \"r\": %llu records, more than the limit of %d per batch",
+                    off, (unsigned long long)n, SLUICE_MAX_RECORDS);
     size_t o = h.body;
     for (uint64_t i = 0; i < n; i++) {
         struct hdr x;

@@ -11,6 +11,7 @@
 
 #define SLUICE_MAX_PRODUCER_ID 64   /* bytes of the "p" field */
 #define SLUICE_MAX_TENSORS 64       /* entries of the "x" map */
+#define SLUICE_MAX_RECORDS (1 << 20) /* records of one batch (16 MiB of record table) */
 #define SLUICE_MAX_TENSOR_NAME 64   /* bytes of a tensor name */
 #define SLUICE_MAX_DEPTH 6          /* msgpack nesting accepted at all */
 

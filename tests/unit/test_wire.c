@@ -1160,7 +1160,57 @@ static void test_buffer_reuse(void)
     sluicei_buf_free(NULL);
 }
 
+/* The record table a decode allocates is bounded by SLUICE_MAX_RECORDS,
+ * on both sides: the encoder refuses more, the validator too. */
+static void test_record_limit(void)
+{
+    size_t n = (size_t)SLUICE_MAX_RECORDS + 1;
+    sluice_record *recs = calloc(n, sizeof *recs);
+    CHECK(recs != NULL);
+    if (!recs)
+        return;
+    sluicei_buf buf = {0};
+    sluicei_batch_meta m = meta();
+    CHECK(sluicei_wire_encode_records(&buf, &m, recs, n) == SLUICE_ERR_TOOBIG);
+    CHECK(sluicei_wire_encode_records(&buf, &m, recs, n - 1) == SLUICE_OK);
+    /* The encoder's frame, turned into one record more by hand: "n" and the
+     * array32 header both say n, and one more empty bin goes at the end. */
+    sluice_batch *b = NULL;
+    CHECK(sluice_wire_decode(buf.data, buf.len, buf.len, &b) == SLUICE_OK);
+    sluice_batch_free(b);
+    uint8_t *big = malloc(buf.len + 2);
+    CHECK(big != NULL);
+    if (big) {
+        memcpy(big, buf.data, buf.len);
+        size_t len = buf.len;
+        /* Patch every big-endian 32-bit copy of n - 1 (the "n" value and
+         * the array header) to n. */
+        uint8_t was[4] = {(uint8_t)((n - 1) >> 24), (uint8_t)((n - 1) >> 16),
+                          (uint8_t)((n - 1) >> 8), (uint8_t)(n - 1)};
+        uint8_t now[4] = {(uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+        int patched = 0;
+        for (size_t i = 0; i + 4 <= 64 && i + 4 <= len; i++)
+            if (memcmp(big + i, was, 4) == 0) {
+                memcpy(big + i, now, 4);
+                patched++;
+            }
+        CHECK(patched == 2);
+        big[len++] = 0xc4;
+        big[len++] = 0x00;
+        char err[256] = "";
+        b = NULL;
+        CHECK(sluicei_wire_decode(big, len, len, NULL, NULL, &b, err, sizeof err) ==
+              SLUICE_ERR_PROTOCOL);
+        CHECK(b == NULL);
+        CHECK(strstr(err, "more than the limit") != NULL);
+        free(big);
+    }
+    sluicei_buf_free(&buf);
+    free(recs);
+}
+
 const struct test wire_tests[] = {
+    {"wire/record limit", test_record_limit},
     {"wire/records round trip", test_records_roundtrip},
     {"wire/canonical encoding", test_encoding_is_canonical},
     {"wire/1 MiB record", test_big_record},
