@@ -307,10 +307,14 @@ static int parse_create(int argc, char **argv, create_opts *o)
         return usage_error("create: %s is required", "--max-bytes");
     if (o->coordinated && !o->ranks)
         return usage_error("create: %s", "--coordinated needs --consumers N (the number of ranks)");
-    if (!o->coordinated)
-        o->ranks = 0; /* --consumers alone only documents the intent */
+    if (!o->coordinated && o->ranks)
+        return usage_error("create: %s", "--consumers N needs --coordinated (a free queue serves "
+                                         "any number of consumers)");
+    if (!o->coordinated && strcmp(val_or(argv, argc, "--remainder"), "?") != 0)
+        return usage_error("create: %s", "--remainder needs --coordinated");
     if (o->ranks > 4096)
-        return usage_error("create: --consumers %s is more than 4096 ranks", val_or(argv, argc, "--consumers"));
+        return usage_error("create: --consumers %s is more than 4096 ranks",
+                           val_or(argv, argc, "--consumers"));
     return 0;
 }
 

@@ -15,9 +15,10 @@
  * (slots OPEN, always the newest ones) is sent when it is full, or when
  * no other group awaits its answer (replies that came in are read without
  * waiting, as Nagle's algorithm does with TCP segments): so a producer
- * faster than Redis sends full groups, a slower one each batch at once. The request is written by hand with sendmsg() straight
- * from the slots' frames (hiredis would copy every frame into its output
- * buffer); hiredis only parses the replies. Invariant: the replies Redis
+ * faster than Redis sends full groups, a slower one each batch at once.
+ * The request is written by hand with sendmsg() straight from the slots'
+ * frames (hiredis would copy every frame into its output buffer); hiredis
+ * only parses the replies. Invariant: the replies Redis
  * still owes us belong to the groups gid_read..gid_next-1, whose slots are
  * SENT, and each group owes four replies (MULTI, MSET, EVALSHA, EXEC).
  *

@@ -48,6 +48,8 @@ for bin in sluice-ctl sluice-producer sluice-consume; do
     expect 2 'bogus|unknown|unrecognized|invalid' "$BUILD/$bin" --bogus-flag
 done
 expect 2 'command|usage' "$BUILD/sluice-ctl" --redis "$auth_url" frobnicate q
+expect 2 'consumers N needs --coordinated' "$BUILD/sluice-ctl" --redis "$auth_url" create q2 --max-batches 4 --max-bytes 1M --consumers 2
+expect 2 'remainder needs --coordinated' "$BUILD/sluice-ctl" --redis "$auth_url" create q2 --max-batches 4 --max-bytes 1M --remainder pad
 expect 2 'max-bytes|12X|size' "$BUILD/sluice-ctl" --redis "$auth_url" create q2 --max-batches 4 --max-bytes 12X
 expect 2 'max-batches|abc|number' "$BUILD/sluice-ctl" --redis "$auth_url" create q2 --max-batches abc --max-bytes 1M
 expect 2 'queue' "$BUILD/sluice-producer" --redis "$auth_url" "${P[@]}"
