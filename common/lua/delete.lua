@@ -33,8 +33,8 @@ repeat
 until cursor == '0'
 for _, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'crank',
                     'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'taskdef',
-                    'tasks', 'tlease', 'towner', 'tattempts', 'terr', 'tbatches', 'failed',
-                    'edone', 'eof', 'task_wake'}) do
+                    'tasks', 'tlease', 'towner', 'tattempts', 'terr', 'tbatches', 'tresume',
+                    'failed', 'edone', 'eof', 'task_wake'}) do
   del(pre .. s)
 end
 del(meta)

@@ -3,6 +3,10 @@
 local meta = KEYS[1]
 local pre = string.sub(meta, 1, -5)
 local job = pre .. 'job'
+-- Redis Cluster: while the queue's slot migrates, this fails (the guard
+-- key never exists) before the script writes anything, so a script sent
+-- again once the slot has moved never ran half.
+redis.call('EXISTS', meta, pre .. 'guard')
 
 local function wake_producers()
   redis.call('LPUSH', pre .. 'room', '1')

@@ -8,6 +8,7 @@
 -- later batch of the group), or an error (TOOBIG, INVALID).
 local meta = KEYS[1]
 local pre = string.sub(meta, 1, -5)
+redis.call('EXISTS', meta, pre .. 'guard')   -- migration guard (lib.lua)
 local e, t = ARGV[1], ARGV[2]
 local n = #ARGV - 2
 local ids, tmp, get = {}, {}, {}

@@ -1,7 +1,9 @@
 #!lua
 -- submit: ARGV epochs, ntasks, batch_size, seed, max_attempts, now_us,
 -- then ntasks task definitions (shard 0, 1, ...), then one string per
--- epoch with that epoch's task order ("3,0,2,1"). Replaces a finished job
+-- epoch with that epoch's task order ("3,0,2,1"), and optionally the
+-- shards the definitions are for ("1,4,7": a partition's share of a job
+-- whose shards are numbered across the queue). Replaces a finished job
 -- once its batches are consumed; refuses while one runs. Returns the number
 -- of tasks queued.
 --! include lib
@@ -9,8 +11,18 @@ if redis.call('EXISTS', meta) == 0 then
   return redis.error_reply('NOQUEUE no such queue')
 end
 local epochs, ntasks = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #ARGV ~= 6 + ntasks + epochs then
+if #ARGV ~= 6 + ntasks + epochs and #ARGV ~= 7 + ntasks + epochs then
   return redis.error_reply('INVALID submit expects ' .. (6 + ntasks + epochs) .. ' arguments')
+end
+local shards = {}
+if #ARGV == 7 + ntasks + epochs then
+  for s in string.gmatch(ARGV[#ARGV], '%d+') do shards[#shards + 1] = s end
+  if #shards ~= ntasks then
+    return redis.error_reply('INVALID submit lists ' .. #shards .. ' shards for ' ..
+                             ntasks .. ' definitions')
+  end
+else
+  for s = 0, ntasks - 1 do shards[s + 1] = tostring(s) end
 end
 if redis.call('EXISTS', job) == 1 then
   local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs')
@@ -33,7 +45,8 @@ if redis.call('EXISTS', job) == 1 then
   end
   for _, k in ipairs(redis.call('SMEMBERS', pre .. 'bitmaps')) do redis.call('DEL', k) end
   for _, s in ipairs({'job', 'taskdef', 'tasks', 'tlease', 'towner', 'tattempts', 'terr',
-                      'tbatches', 'failed', 'edone', 'eof', 'estats', 'bitmaps'}) do
+                      'tbatches', 'tresume', 'failed', 'edone', 'eof', 'estats',
+                      'bitmaps'}) do
     redis.call('DEL', pre .. s)
   end
 end
@@ -41,7 +54,7 @@ redis.call('HSET', job, 'epochs', epochs, 'ntasks', ntasks, 'batch_size', ARGV[3
            'seed', ARGV[4], 'max_attempts', ARGV[5], 'submitted_us', ARGV[6],
            'epoch_open', 0, 'state', 'running')
 for s = 0, ntasks - 1 do
-  redis.call('HSET', pre .. 'taskdef', s, ARGV[7 + s])
+  redis.call('HSET', pre .. 'taskdef', shards[s + 1], ARGV[7 + s])
 end
 local n = 0
 for e = 0, epochs - 1 do

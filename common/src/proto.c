@@ -46,7 +46,17 @@ sluice_err sluicei_queue_name_check(const char *q, char *err, size_t errlen)
                  SLUICE_MAX_QUEUE_NAME, n);
         return SLUICE_ERR_INVALID;
     }
-    for (size_t i = 0; i < n; i++) {
+    /* A partition of queue Q is the queue "Q#p" (cluster.h). */
+    const char *hash = strchr(q, '#');
+    size_t base = hash ? (size_t)(hash - q) : n;
+    if (hash && (base == 0 || n - base < 2 || n - base > 5 ||
+                 strspn(hash + 1, "0123456789") != n - base - 1 ||
+                 (hash[1] == '0' && n - base > 2))) {
+        snprintf(err, errlen,
+                 "queue name '%s': '#' may only come before a partition number at the end", q);
+        return SLUICE_ERR_INVALID;
+    }
+    for (size_t i = 0; i < base; i++) {
         unsigned char ch = (unsigned char)q[i];
         if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
               ch == '_' || ch == '.' || ch == '-')) {
@@ -57,6 +67,11 @@ sluice_err sluicei_queue_name_check(const char *q, char *err, size_t errlen)
         }
     }
     return SLUICE_OK;
+}
+
+void sluicei_partition_name(char *out, const char *q, int p)
+{
+    snprintf(out, SLUICE_MAX_QUEUE_NAME + 8, "%s#%d", q, p);
 }
 
 void sluicei_key(char *out, const char *q, const char *name)

@@ -42,9 +42,15 @@ typedef enum sluicei_script_id {
 #define SLUICEI_PUSH_OK 1        /* stored */
 #define SLUICEI_PUSH_DUP 2       /* this id is queued or was acked already */
 
-/* Checks a queue name: 1..SLUICE_MAX_QUEUE_NAME bytes of [A-Za-z0-9_.-].
+/* Checks a queue name: 1..SLUICE_MAX_QUEUE_NAME bytes of [A-Za-z0-9_.-],
+ * optionally ending in "#<partition>" (the name of one partition of a
+ * partitioned queue, cluster.h).
  * On failure writes why to err and returns SLUICE_ERR_INVALID. */
 sluice_err sluicei_queue_name_check(const char *q, char *err, size_t errlen);
+
+/* Writes "Q#p", the name of partition p of queue q, to out
+ * (SLUICE_MAX_QUEUE_NAME + 8 bytes). */
+void sluicei_partition_name(char *out, const char *q, int p);
 
 /* Writes "sluice:{q}:name" to out (SLUICE_MAX_KEY bytes). */
 void sluicei_key(char *out, const char *q, const char *name);
