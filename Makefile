@@ -17,7 +17,7 @@ LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz -ldl
 ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 
 LIB_SRC := common/src/err.c common/src/conn.c common/src/wire.c common/src/proto.c \
-           consumer/src/consumer.c producer/src/producer.c
+           common/src/cluster.c consumer/src/consumer.c producer/src/producer.c
 READER_SRC := producer/src/reader.c $(wildcard producer/src/readers/*.c) producer/src/crc32c.c
 # Jobs: manifests (which count records through the readers) and --transform
 # plugins; linked into sluice-producer, sluice-ctl and the unit tests.
@@ -109,6 +109,12 @@ $(BUILD)/hold: $(BUILD)/tests/tools/hold.o $(BUILD)/libsluice.a
 
 $(BUILD)/next-latency: $(BUILD)/tests/tools/next-latency.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+# Drives the cluster router: slots, redirects, failover (cluster_router.sh).
+$(BUILD)/cluster-probe: $(BUILD)/tests/tools/cluster-probe.o $(BUILD)/libsluice.a
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+unit: $(BUILD)/cluster-probe
 
 unit: all $(UNIT_BIN) $(BUILD)/gen-tfrecord $(BUILD)/push-tensors $(BUILD)/hold $(BUILD)/next-latency
 

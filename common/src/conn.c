@@ -19,6 +19,8 @@
 
 #define DEFAULT_PORT 6379
 #define MAX_DB 1000000
+/* Most replicas a "?wait=N" may ask for. */
+#define MAX_WAIT 16
 #define CMD_TIMEOUT_MS_DEFAULT 10000
 #define PASSWORD_ENV "SLUICE_REDIS_PASSWORD"
 /* Backoff between reconnect attempts: 50 ms doubling up to 2 s. */
@@ -175,6 +177,58 @@ static sluice_err parse_db(const char *kind, const char *s, size_t n, int *db, c
     return SLUICE_OK;
 }
 
+/* Parses the replica count of "wait=N", s[0..n), into *wait. */
+static sluice_err parse_wait(const char *kind, const char *s, size_t n, int *wait, char *err,
+                             size_t errlen)
+{
+    char q[QUOTE_MAX + 8];
+    size_t d = 0;
+    while (d < n && is_digit(s[d]))
+        d++;
+    if (d == 0 || d != n) {
+        seterr(err, errlen, "%s: wait '%s' is not a number of replicas 0..%d", kind,
+               quote(q, sizeof q, s, n), MAX_WAIT);
+        return SLUICE_ERR_INVALID;
+    }
+    long v = digits_value(s, n, MAX_WAIT);
+    if (v > MAX_WAIT) {
+        seterr(err, errlen, "%s: wait %s out of range 0..%d", kind, quote(q, sizeof q, s, n),
+               MAX_WAIT);
+        return SLUICE_ERR_INVALID;
+    }
+    *wait = (int)v;
+    return SLUICE_OK;
+}
+
+/* The query of a redis:// URL, p[0..] after its '?': "wait=N" (empty
+ * pieces between '&' are skipped). Anything else is quoted back, '?'
+ * included, as following `after` (the host, port or db). */
+static sluice_err parse_tcp_query(const char *p, const char *after, sluicei_url *u, char *err,
+                                  size_t errlen)
+{
+    char q[QUOTE_MAX + 8];
+    const char *s = p;
+    while (*s) {
+        size_t n = strcspn(s, "&");
+        if (n > 5 && memcmp(s, "wait=", 5) == 0) {
+            sluice_err e = parse_wait("redis URL", s + 5, n - 5, &u->wait_replicas, err, errlen);
+            if (e != SLUICE_OK)
+                return e;
+        } else if (n == 5 && memcmp(s, "wait=", 5) == 0) {
+            return parse_wait("redis URL", s + 5, 0, &u->wait_replicas, err, errlen);
+        } else if (n > 0) {
+            seterr(err, errlen, "redis URL: unexpected '%s' after the %s (the only parameter "
+                                "is ?wait=N)",
+                   quote(q, sizeof q, p - 1, strlen(p - 1)), after);
+            return SLUICE_ERR_INVALID;
+        }
+        s += n;
+        if (*s == '&')
+            s++;
+    }
+    return SLUICE_OK;
+}
+
 /* user[:password] before the '@'; an empty user or password counts as
  * absent. Error messages never quote this part. */
 static sluice_err parse_userinfo(const char *s, size_t n, sluicei_url *u, char *err,
@@ -299,12 +353,14 @@ static sluice_err parse_tcp(const char *r, sluicei_url *u, char *err, size_t err
         p = ps + pl;
     }
 
+    const char *after = had_port ? "port" : "host";
     if (*p == '/') {
         p++;
+        after = "db";
         size_t d = 0;
         while (is_digit(p[d]))
             d++;
-        if (d == 0 && *p == '\0') {
+        if (d == 0 && (*p == '\0' || *p == '?')) {
             u->db = 0;
         } else if (d == 0) {
             return parse_db("redis URL", p, strlen(p), &u->db, err, errlen);
@@ -312,15 +368,16 @@ static sluice_err parse_tcp(const char *r, sluicei_url *u, char *err, size_t err
             e = parse_db("redis URL", p, d, &u->db, err, errlen);
             if (e != SLUICE_OK)
                 return e;
-            if (p[d] != '\0') {
-                seterr(err, errlen, "redis URL: unexpected '%s' after the db",
-                       quote(q, sizeof q, p + d, strlen(p + d)));
-                return SLUICE_ERR_INVALID;
-            }
+            p += d;
         }
+    }
+    if (*p == '?') {
+        e = parse_tcp_query(p + 1, after, u, err, errlen);
+        if (e != SLUICE_OK)
+            return e;
     } else if (*p != '\0') {
         seterr(err, errlen, "redis URL: unexpected '%s' after the %s",
-               quote(q, sizeof q, p, strlen(p)), had_port ? "port" : "host");
+               quote(q, sizeof q, p, strlen(p)), after);
         return SLUICE_ERR_INVALID;
     }
 
@@ -332,7 +389,7 @@ static sluice_err parse_tcp(const char *r, sluicei_url *u, char *err, size_t err
     return SLUICE_OK;
 }
 
-/* r is what follows "unix://": an absolute path, then ?db=N. */
+/* r is what follows "unix://": an absolute path, then ?db=N&wait=N. */
 static sluice_err parse_unix(const char *r, sluicei_url *u, char *err, size_t errlen)
 {
     char q[QUOTE_MAX + 8];
@@ -374,8 +431,17 @@ static sluice_err parse_unix(const char *r, sluicei_url *u, char *err, size_t er
                 sluice_err e = parse_db("unix URL", eq + 1, n - nl - 1, &u->db, err, errlen);
                 if (e != SLUICE_OK)
                     return e;
+            } else if (nl == 4 && memcmp(p, "wait", 4) == 0) {
+                if (!eq) {
+                    seterr(err, errlen, "unix URL: parameter 'wait' needs a value, as in ?wait=1");
+                    return SLUICE_ERR_INVALID;
+                }
+                sluice_err e = parse_wait("unix URL", eq + 1, n - nl - 1, &u->wait_replicas, err,
+                                          errlen);
+                if (e != SLUICE_OK)
+                    return e;
             } else {
-                seterr(err, errlen, "unix URL: unknown parameter '%s' (only db=N)",
+                seterr(err, errlen, "unix URL: unknown parameter '%s' (only db=N and wait=N)",
                        quote(q, sizeof q, p, nl));
                 return SLUICE_ERR_INVALID;
             }
@@ -460,19 +526,41 @@ void sluicei_url_free(sluicei_url *u)
     memset(u, 0, sizeof *u);
 }
 
+sluice_err sluicei_url_copy(sluicei_url *dst, const sluicei_url *src)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->port = src->port;
+    dst->db = src->db;
+    dst->wait_replicas = src->wait_replicas;
+    if ((src->host && !(dst->host = dupn(src->host, strlen(src->host)))) ||
+        (src->unix_path && !(dst->unix_path = dupn(src->unix_path, strlen(src->unix_path)))) ||
+        (src->user && !(dst->user = dupn(src->user, strlen(src->user)))) ||
+        (src->password && !(dst->password = dupn(src->password, strlen(src->password))))) {
+        sluicei_url_free(dst);
+        return SLUICE_ERR_NOMEM;
+    }
+    return SLUICE_OK;
+}
+
 void sluicei_url_describe(const sluicei_url *u, char *out, size_t outlen)
 {
     if (!out || outlen == 0)
         return;
+    char wait[24] = "";
     if (u->unix_path) {
+        if (u->wait_replicas > 0)
+            snprintf(wait, sizeof wait, "%swait=%d", u->db ? "&" : "?", u->wait_replicas);
         if (u->db)
-            snprintf(out, outlen, "unix://%s?db=%d", u->unix_path, u->db);
+            snprintf(out, outlen, "unix://%s?db=%d%s", u->unix_path, u->db, wait);
         else
-            snprintf(out, outlen, "unix://%s", u->unix_path);
+            snprintf(out, outlen, "unix://%s%s", u->unix_path, wait);
     } else if (u->host) {
         int v6 = strchr(u->host, ':') != NULL;
-        snprintf(out, outlen, "redis://%s%s%s%s%s:%d/%d", u->user ? u->user : "",
-                 u->user ? "@" : "", v6 ? "[" : "", u->host, v6 ? "]" : "", u->port, u->db);
+        if (u->wait_replicas > 0)
+            snprintf(wait, sizeof wait, "?wait=%d", u->wait_replicas);
+        snprintf(out, outlen, "redis://%s%s%s%s%s:%d/%d%s", u->user ? u->user : "",
+                 u->user ? "@" : "", v6 ? "[" : "", u->host, v6 ? "]" : "", u->port, u->db,
+                 wait);
     } else {
         snprintf(out, outlen, "(no redis address)");
     }
@@ -681,6 +769,25 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
     return SLUICE_OK;
 }
 
+/* Connects c, whose url is set, for the first time. On failure closes c. */
+static sluice_err open_parsed(sluicei_conn **out, sluicei_conn *c, int connect_timeout_ms,
+                              int cmd_timeout_ms, char *err, size_t errlen)
+{
+    sluice_err e;
+    c->connect_timeout_ms =
+        connect_timeout_ms > 0 ? connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
+    c->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : CMD_TIMEOUT_MS_DEFAULT;
+    c->rng = sluicei_random64() | 1;
+    e = connect_once(c, c->connect_timeout_ms);
+    if (e != SLUICE_OK) {
+        seterr(err, errlen, "%s", c->errstr);
+        sluicei_conn_close(c);
+        return e;
+    }
+    *out = c;
+    return SLUICE_OK;
+}
+
 sluice_err sluicei_conn_open(sluicei_conn **out, const char *url, int connect_timeout_ms,
                              int cmd_timeout_ms, char *err, size_t errlen)
 {
@@ -695,18 +802,21 @@ sluice_err sluicei_conn_open(sluicei_conn **out, const char *url, int connect_ti
         free(c);
         return e;
     }
-    c->connect_timeout_ms =
-        connect_timeout_ms > 0 ? connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
-    c->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : CMD_TIMEOUT_MS_DEFAULT;
-    c->rng = sluicei_random64() | 1;
-    e = connect_once(c, c->connect_timeout_ms);
-    if (e != SLUICE_OK) {
-        seterr(err, errlen, "%s", c->errstr);
-        sluicei_conn_close(c);
-        return e;
+    return open_parsed(out, c, connect_timeout_ms, cmd_timeout_ms, err, errlen);
+}
+
+sluice_err sluicei_conn_open_url(sluicei_conn **out, const sluicei_url *url,
+                                 int connect_timeout_ms, int cmd_timeout_ms, char *err,
+                                 size_t errlen)
+{
+    *out = NULL;
+    sluicei_conn *c = calloc(1, sizeof *c);
+    if (!c || sluicei_url_copy(&c->url, url) != SLUICE_OK) {
+        free(c);
+        seterr(err, errlen, "redis: out of memory");
+        return SLUICE_ERR_NOMEM;
     }
-    *out = c;
-    return SLUICE_OK;
+    return open_parsed(out, c, connect_timeout_ms, cmd_timeout_ms, err, errlen);
 }
 
 void sluicei_conn_close(sluicei_conn *c)
@@ -747,7 +857,24 @@ sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile
                     connect_ms = left > CONNECT_TIMEOUT_FLOOR_MS ? (int)left
                                                                  : CONNECT_TIMEOUT_FLOOR_MS;
             }
-            sluice_err e = connect_once(c, connect_ms);
+            sluice_err e = SLUICE_OK;
+            if (c->resolve) {
+                /* Where the queue lives now (a failover, a moved slot). */
+                char rerr[sizeof c->errstr];
+                rerr[0] = '\0';
+                e = c->resolve(c->resolve_arg, &c->url, rerr, sizeof rerr);
+                if (e != SLUICE_OK)
+                    snprintf(c->errstr, sizeof c->errstr, "%s",
+                             rerr[0] ? rerr : sluice_strerror(e));
+                /* Only a refused password is final; anything else (no node
+                 * answers, the slot has no master yet) may pass. */
+                if (e == SLUICE_ERR_AUTH)
+                    return e;
+                if (e != SLUICE_OK)
+                    e = SLUICE_ERR_IO;
+            }
+            if (e == SLUICE_OK)
+                e = connect_once(c, connect_ms);
             tries++;
             if (e == SLUICE_OK) {
                 c->attempt = 0;

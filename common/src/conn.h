@@ -1,8 +1,9 @@
 /* Redis addresses and synchronous connections with reconnect. Internal.
  *
  * Accepted addresses:
- *   redis://[user[:password]@]host[:port][/db]     (port 6379, db 0 by default)
- *   unix:///path/to/redis.sock[?db=N]
+ *   redis://[user[:password]@]host[:port][/db][?wait=N]   (port 6379, db 0 by default)
+ *   unix:///path/to/redis.sock[?db=N][&wait=N]
+ * wait=N (0..16) sets wait_replicas.
  * A password in the URL wins; otherwise SLUICE_REDIS_PASSWORD is used when
  * set, so that the secret need not appear on a command line. user without
  * password is an error only if the environment gives no password either. */
@@ -19,13 +20,24 @@ typedef struct sluicei_url {
     char *user;        /* NULL: no ACL user (AUTH password) */
     char *password;    /* NULL: no AUTH */
     int db;
+    int wait_replicas; /* > 0: writes are followed by WAIT wait_replicas (see
+                          SLUICEI_WAIT_MS); from "?wait=N", or set by the
+                          cluster router when the node has replicas */
 } sluicei_url;
+
+/* Timeout of the WAIT that follows a write when url.wait_replicas > 0. A
+ * WAIT that times out is not an error: the write stands, it is only not
+ * known to be on a replica yet. */
+#define SLUICEI_WAIT_MS 1000
 
 /* Parses s into *u (zeroed first). On failure returns SLUICE_ERR_INVALID and
  * writes to err which part is wrong, e.g. "redis URL: port '70000' out of
  * range 1..65535 in 'redis://h:70000'". Never echoes the password. */
 sluice_err sluicei_url_parse(const char *s, sluicei_url *u, char *err, size_t errlen);
 void sluicei_url_free(sluicei_url *u);
+/* Deep copy of src into *dst (zeroed first); SLUICE_ERR_NOMEM leaves *dst
+ * zeroed. */
+sluice_err sluicei_url_copy(sluicei_url *dst, const sluicei_url *src);
 /* Writes a printable form of u without its password ("redis://h:6379/0"). */
 void sluicei_url_describe(const sluicei_url *u, char *out, size_t outlen);
 
@@ -39,6 +51,12 @@ typedef struct sluicei_conn {
     uint64_t rng;             /* jitter state */
     char errstr[512];         /* last failure, one line */
     char script_sha[32][41];  /* SHA1 of each loaded script (proto.c); "" until loaded */
+    /* Optional: called before every reconnect attempt to point url at the
+     * node that serves the queue now (cluster.h, sluicei_router_bind());
+     * it may change host, port and wait_replicas. A non-OK result counts
+     * as a failed attempt (its err goes to errstr). */
+    sluice_err (*resolve)(void *arg, sluicei_url *url, char *err, size_t errlen);
+    void *resolve_arg;
 } sluicei_conn;
 
 /* Parses url and connects (TCP connect with timeout, AUTH, SELECT). On
@@ -46,6 +64,10 @@ typedef struct sluicei_conn {
  * password...). cmd_timeout_ms 0 means 10 s. */
 sluice_err sluicei_conn_open(sluicei_conn **out, const char *url, int connect_timeout_ms,
                              int cmd_timeout_ms, char *err, size_t errlen);
+/* The same with a parsed address (copied; url stays the caller's). */
+sluice_err sluicei_conn_open_url(sluicei_conn **out, const sluicei_url *url,
+                                 int connect_timeout_ms, int cmd_timeout_ms, char *err,
+                                 size_t errlen);
 void sluicei_conn_close(sluicei_conn *c);   /* NULL is a no-op */
 
 /* Drops the current socket (if any) and connects again, sleeping with
@@ -53,7 +75,9 @@ void sluicei_conn_close(sluicei_conn *c);   /* NULL is a no-op */
  * attempts, until it succeeds or deadline_ms (CLOCK_MONOTONIC, see
  * sluicei_now_ms()) passes; deadline_ms < 0 waits forever, but *stop != 0
  * (when stop is not NULL) ends the wait with SLUICE_ERR_IO. Auth failures
- * are final: returns SLUICE_ERR_AUTH at once. */
+ * are final: returns SLUICE_ERR_AUTH at once. When c->resolve is set it is
+ * called before every attempt; its failure counts as a failed attempt
+ * (its message in c->errstr), except SLUICE_ERR_AUTH, which is final. */
 sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile int *stop);
 
 /* Runs a command (printf-style, as redisCommand). On success *out is the

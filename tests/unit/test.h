@@ -26,5 +26,6 @@ extern const struct test url_tests[];
 extern const struct test proto_tests[];
 extern const struct test reader_tests[];
 extern const struct test manifest_tests[];
+extern const struct test cluster_tests[];
 
 #endif
