@@ -1,6 +1,9 @@
 /* sluice-ctl: create, inspect and delete queues; submit jobs and watch
  * them; dead letters; reaping; a live view (stat) and a Prometheus
- * endpoint (metrics). */
+ * endpoint (metrics). Every command reaches Redis through a router
+ * (cluster.h): one server, a list of servers or a Redis Cluster; a
+ * partitioned queue Q is the queues Q#0..Q#P-1, each on its own node. */
+#include "cluster.h"
 #include "conn.h"
 #include "metrics.h"
 #include "proto.h"
@@ -37,6 +40,7 @@ static const char usage_text[] =
     "commands:\n"
     "  create Q --max-batches N --max-bytes B [--consumers N --coordinated\n"
     "         [--remainder drop|pad]] [--lease-ms MS] [--max-deliveries K]\n"
+    "         [--partitions P]\n"
     "                       create queue Q with its budgets: at most N batches and\n"
     "                       B bytes held in Redis (queued + not yet acknowledged);\n"
     "                       B takes a K, M or G suffix (powers of 1024).\n"
@@ -45,17 +49,26 @@ static const char usage_text[] =
     "                       --lease-ms: a consumer silent this long (default 10000)\n"
     "                       loses its unacknowledged batches to the others;\n"
     "                       --max-deliveries: deliveries without an ack before a\n"
-    "                       batch is dead-lettered (default 3)\n"
-    "  delete Q             remove queue Q and everything it holds\n"
+    "                       batch is dead-lettered (default 3).\n"
+    "                       --partitions P (1..1024): P partitions Q#0..Q#P-1, each\n"
+    "                       a complete queue with all these settings, spread over\n"
+    "                       the servers or the cluster's nodes. The budgets are PER\n"
+    "                       PARTITION: the queue holds up to P x N batches and\n"
+    "                       P x B bytes. Q may not contain '#'\n"
+    "  delete Q             remove queue Q (every partition) and everything it holds\n"
     "  info Q [--json]      show budgets, what the queue holds, its counters, the job\n"
-    "                       (if any), and the producers and consumers alive\n"
+    "                       (if any), and the producers and consumers alive; for a\n"
+    "                       partitioned queue the sums over its partitions, then\n"
+    "                       one line per partition (its node, what it holds\n"
+    "                       against its budgets)\n"
     "  stat Q [--watch [--interval-ms MS]] [--json]\n"
     "                       a live view: depth and bytes against the budgets as\n"
     "                       bars, push and ack rates, the producers and consumers\n"
     "                       (when last seen; their counters, with the time blocked\n"
     "                       by backpressure and in next()), epoch progress,\n"
-    "                       failed tasks, dead letters. --watch: refresh every MS\n"
-    "                       (default 1000) in place on a terminal, else one\n"
+    "                       failed tasks, dead letters; a partitioned queue: the\n"
+    "                       sums and a line per partition. --watch: refresh every\n"
+    "                       MS (default 1000) in place on a terminal, else one\n"
     "                       snapshot after another; Ctrl-C quits. --json: one JSON\n"
     "                       object per snapshot\n"
     "  metrics Q --addr HOST:PORT [--interval-ms MS]\n"
@@ -63,7 +76,9 @@ static const char usage_text[] =
     "                       epochs, tasks, every producer and consumer) in\n"
     "                       Prometheus text on http://HOST:PORT/metrics, and 200\n"
     "                       \"ok\" on /healthz; read from Redis every MS (default\n"
-    "                       1000). Runs until SIGINT or SIGTERM (exit 0)\n"
+    "                       1000). A partitioned queue: the sums, and the\n"
+    "                       sluice_partition_* gauges per partition. Runs until\n"
+    "                       SIGINT or SIGTERM (exit 0)\n"
     "  submit Q --manifest FILE --epochs E --batch-size N [--shuffle-seed S]\n"
     "         [--max-attempts K]\n"
     "                       turn the manifest into a job: one task per shard and\n"
@@ -73,16 +88,22 @@ static const char usage_text[] =
     "                       A task that fails K times (default 3) is recorded as\n"
     "                       failed. Refused while the queue runs a job; replaces a\n"
     "                       finished one. All or nothing: on any error no trace of\n"
-    "                       the job is left in Redis.\n"
+    "                       the job is left in Redis. A queue of P partitions:\n"
+    "                       shard s goes to partition s mod P (the job needs P\n"
+    "                       shards at least); every partition is checked before\n"
+    "                       any is written (should one fail after all, the error\n"
+    "                       names the partitions that have their part)\n"
     "  jobs Q [--json]      the job part of info: epochs, tasks waiting / claimed /\n"
     "                       done / failed (with their errors), batches per epoch,\n"
-    "                       the producers working on it\n"
+    "                       the producers working on it (a partitioned queue: the\n"
+    "                       sums, then each partition's tasks)\n"
     "  dead Q [--requeue | --purge]\n"
-    "                       list the dead letters (id, size, time, reason); --requeue\n"
-    "                       puts them back in their epoch's list, --purge deletes them\n"
+    "                       list the dead letters (id, size, time, reason) of every\n"
+    "                       partition; --requeue puts them back in their epoch's\n"
+    "                       list, --purge deletes them\n"
     "  reap Q               hand back now the batches of consumers and the tasks of\n"
-    "                       producers whose lease expired (producers and consumers\n"
-    "                       reap too; anybody may)\n"
+    "                       producers whose lease expired, in every partition\n"
+    "                       (producers and consumers reap too; anybody may)\n"
     "  script NAME          print the Lua source of a protocol script\n"
     "                       (create delete push take claim ack requeue reap beat\n"
     "                       dead deadadmin submit task_claim task_renew task_done\n"
@@ -97,8 +118,13 @@ static const char usage_text[] =
     "\n"
     "options:\n"
     "  --redis URL          redis://[user[:password]@]host[:port][/db] or\n"
-    "                       unix:///path/to/socket[?db=N]; default $SLUICE_REDIS_URL,\n"
-    "                       else redis://127.0.0.1:6379. The password may come from\n"
+    "                       unix:///path/to/socket[?db=N] (one server);\n"
+    "                       redis://h1:p1,redis://h2:p2,... (independent servers:\n"
+    "                       partition p on server p mod n, a plain queue on the\n"
+    "                       first); redis+cluster://[user[:password]@]h:p[,h:p...]/\n"
+    "                       (a Redis Cluster: any nodes as seeds; MOVED and ASK\n"
+    "                       are followed). Default $SLUICE_REDIS_URL, else\n"
+    "                       redis://127.0.0.1:6379. The password may come from\n"
     "                       $SLUICE_REDIS_PASSWORD instead of the URL.\n"
     "  -h, --help           show this help\n"
     "  --version            show the version\n"
@@ -108,6 +134,8 @@ static const char usage_text[] =
     "  sluice-ctl submit train --manifest train.manifest --epochs 10 --batch-size 64 \\\n"
     "      --shuffle-seed 7\n"
     "  sluice-ctl info train --json\n"
+    "  sluice-ctl --redis redis+cluster://10.0.0.1:7000,10.0.0.2:7000/ create big \\\n"
+    "      --max-batches 64 --max-bytes 256M --partitions 6\n"
     "\n"
     "exit status: 0 success, 1 runtime error (Redis, missing queue, a job already\n"
     "running, a malformed or unreadable manifest: FILE:LINE says where), 2 usage\n"
@@ -168,46 +196,111 @@ static int runtime_error(const char *what, sluice_err e, const char *detail)
     return EXIT_RUNTIME;
 }
 
-/* Runs script id on queue q with any number of arguments (submit takes
- * one per task definition): EVALSHA of the copy loaded at connect, EVAL
- * when the server has lost it. Same contract as sluicei_script_run(). */
-static sluice_err script_call(sluicei_conn *c, sluicei_script_id id, const char *q, size_t argc,
-                              const char **argv, const size_t *argvlen, redisReply **out)
+/* ---- where the commands go ------------------------------------------------ */
+
+/* Longest partition name: SLUICE_MAX_QUEUE_NAME and "#1023". */
+#define PART_NAME_MAX (SLUICE_MAX_QUEUE_NAME + 8)
+
+/* The queue a command works on, and the router that reaches its nodes. */
+typedef struct ctl {
+    sluicei_router *r;
+    const char *q;                 /* the queue named on the command line */
+    int partitions;                /* 0: a plain queue; else Q#0..Q#partitions-1 */
+    char (*names)[PART_NAME_MAX];  /* partitions ? "Q#p" : [0] = "Q"; owned */
+    int retry_ms;                  /* how long a command is sent again after a lost
+                                      connection or a cluster redirect */
+} ctl;
+
+static int nparts(const ctl *x)
+{
+    return x->partitions ? x->partitions : 1;
+}
+
+/* The queue name of partition p ("Q#p"), or of the plain queue (p 0). */
+static const char *pname(const ctl *x, int p)
+{
+    return x->names[p];
+}
+
+/* Makes x a plain queue (partitions 0) or one of that many partitions.
+ * Returns 0, or -1 when out of memory (printed). */
+static int ctl_set_partitions(ctl *x, int partitions)
+{
+    int n = partitions ? partitions : 1;
+    char (*names)[PART_NAME_MAX] = calloc((size_t)n, sizeof *names);
+    if (!names) {
+        fprintf(stderr, "sluice-ctl: out of memory for %d partition names\n", n);
+        return -1;
+    }
+    for (int p = 0; p < n; p++) {
+        if (partitions)
+            sluicei_partition_name(names[p], x->q, p);
+        else
+            snprintf(names[p], sizeof names[p], "%s", x->q);
+    }
+    free(x->names);
+    x->names = names;
+    x->partitions = partitions;
+    return 0;
+}
+
+static int64_t deadline(const ctl *x)
+{
+    return sluicei_now_ms() + x->retry_ms;
+}
+
+/* Why the last command on queue q failed without an error reply: the
+ * router's account of it, else the connection to q's node (opened again
+ * now, so that a node that is down says "connect: ..."). */
+static void why(ctl *x, const char *q, char *out, size_t n)
+{
+    sluicei_conn *c = NULL;
+    char err[512];
+    const char *last = sluicei_router_errstr(x->r);
+    if (last && *last)
+        snprintf(out, n, "%s", last);
+    else if (sluicei_router_conn(x->r, q, &c, err, sizeof err) != SLUICE_OK)
+        snprintf(out, n, "%s", err);
+    else
+        snprintf(out, n, "%s", c->errstr[0] ? c->errstr : "no reply");
+}
+
+/* sluicei_router_script() runs scripts of up to this many arguments (as
+ * sluicei_script_run(), proto.c); submit passes one per shard and epoch. */
+#define ROUTER_SCRIPT_ARGS 32
+
+/* Runs script id on queue q (the node serving it) with any number of
+ * arguments: through the router's loaded copy, or, for many arguments,
+ * EVAL of the source. A script's error reply is mapped to its code
+ * (sluicei_reply_error_code) with *out still set. */
+static sluice_err script_call(ctl *x, sluicei_script_id id, const char *q, size_t argc,
+                              const char **argv, redisReply **out)
 {
     char key[SLUICE_MAX_KEY];
     size_t n = 4 + argc;
     const char **av = malloc(n * sizeof *av);
     size_t *al = malloc(n * sizeof *al);
+    sluice_err e;
     *out = NULL;
     if (!av || !al || n > INT32_MAX) {
         free(av);
         free(al);
-        snprintf(c->errstr, sizeof c->errstr, "out of memory for %zu script arguments", argc);
         return SLUICE_ERR_NOMEM;
     }
     sluicei_key(key, q, "meta");
-    int have_sha = c->script_sha[id][0] != '\0';
-    av[0] = have_sha ? "EVALSHA" : "EVAL";
-    av[1] = have_sha ? c->script_sha[id] : sluicei_script_source(id);
+    av[0] = "EVAL";
+    av[1] = sluicei_script_source(id);
     av[2] = "1";
     av[3] = key;
-    for (size_t i = 0; i < argc; i++) {
+    for (size_t i = 0; i < argc; i++)
         av[4 + i] = argv[i];
-        al[4 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
-    }
-    for (int i = 0; i < 4; i++)
+    for (size_t i = 0; i < n; i++)
         al[i] = strlen(av[i]);
-    sluice_err e = sluicei_conn_commandargv(c, out, (int)n, av, al);
-    if (e == SLUICE_ERR_REDIS && *out && strncmp((*out)->str, "NOSCRIPT", 8) == 0) {
-        /* The server lost its script cache (restart, SCRIPT FLUSH). */
-        freeReplyObject(*out);
-        av[0] = "EVAL";
-        av[1] = sluicei_script_source(id);
-        al[0] = 4;
-        al[1] = strlen(av[1]);
-        e = sluicei_conn_commandargv(c, out, (int)n, av, al);
-    }
-    if (e == SLUICE_ERR_REDIS && *out)
+    if (argc <= ROUTER_SCRIPT_ARGS)
+        e = sluicei_router_script(x->r, q, deadline(x), id, (int)argc, av + 4, al + 4, out);
+    else
+        e = sluicei_router_command(x->r, q, deadline(x), out, (int)n, av, al);
+    if (*out && (*out)->type == REDIS_REPLY_ERROR)
         e = sluicei_reply_error_code(*out);
     free(av);
     free(al);
@@ -225,30 +318,57 @@ static const char *error_text(const redisReply *r, const char *code)
     return *s == ' ' ? s + 1 : s;
 }
 
-/* Runs a script; on failure prints one line naming the queue and returns
- * non-zero. On success *out holds the reply. */
-static int run_script(sluicei_conn *c, sluicei_script_id id, const char *q, size_t argc,
-                      const char **argv, redisReply **out)
+/* "queue 'Q' does not exist ...", or for a missing partition of a
+ * partitioned queue, what that means. */
+static void print_noqueue(const ctl *x, const char *q)
 {
-    sluice_err e = script_call(c, id, q, argc, argv, NULL, out);
-    if (e == SLUICE_OK)
-        return 0;
-    char what[SLUICE_MAX_QUEUE_NAME + 32];
+    /* Without partition 0 the queue is gone (deleted since it was found). */
+    if (x->partitions && strcmp(q, pname(x, 0)) == 0)
+        q = x->q;
+    if (x->partitions && strcmp(q, x->q) != 0)
+        fprintf(stderr, "sluice-ctl: partition '%s' of queue '%s' does not exist: the queue is "
+                "incomplete (sluice-ctl delete %s, then create it again)\n", q, x->q, x->q);
+    else
+        fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create "
+                "%s)\n", q, q);
+}
+
+/* Prints one line naming the queue and what failed for a script that
+ * returned e (*out: its error reply, or NULL; freed and set to NULL).
+ * Returns EXIT_RUNTIME. */
+static int script_failed(ctl *x, const char *q, sluice_err e, redisReply **out, size_t argc)
+{
+    char what[PART_NAME_MAX + 32], detail[1024];
     snprintf(what, sizeof what, "queue '%s'", q);
-    if (e == SLUICE_ERR_NOQUEUE)
-        fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create %s)\n",
-                q, q);
-    else if (e == SLUICE_ERR_EXISTS && *out && strstr((*out)->str, "JOBEXISTS"))
+    if (e == SLUICE_ERR_NOQUEUE) {
+        print_noqueue(x, q);
+    } else if (e == SLUICE_ERR_EXISTS && *out && strstr((*out)->str, "JOBEXISTS")) {
         fprintf(stderr, "sluice-ctl: queue '%s': %s\n", q, error_text(*out, "JOBEXISTS"));
-    else if (e == SLUICE_ERR_EXISTS)
+    } else if (e == SLUICE_ERR_EXISTS) {
         fprintf(stderr, "sluice-ctl: queue '%s' exists already (sluice-ctl delete %s removes it)\n", q,
                 q);
-    else
-        runtime_error(what, e, *out ? (*out)->str : c->errstr);
+    } else if (e == SLUICE_ERR_NOMEM) {
+        fprintf(stderr, "sluice-ctl: out of memory for %zu script arguments\n", argc);
+    } else {
+        if (*out)
+            snprintf(detail, sizeof detail, "%s", (*out)->str);
+        else
+            why(x, q, detail, sizeof detail);
+        runtime_error(what, e, detail);
+    }
     if (*out)
         freeReplyObject(*out);
     *out = NULL;
     return EXIT_RUNTIME;
+}
+
+/* Runs a script; on failure prints one line naming the queue and returns
+ * non-zero. On success *out holds the reply. */
+static int run_script(ctl *x, sluicei_script_id id, const char *q, size_t argc,
+                      const char **argv, redisReply **out)
+{
+    sluice_err e = script_call(x, id, q, argc, argv, out);
+    return e == SLUICE_OK ? 0 : script_failed(x, q, e, out, argc);
 }
 
 /* Settings of a new queue (sluice-ctl create). */
@@ -259,6 +379,7 @@ typedef struct create_opts {
     const char *remainder;    /* "drop" or "pad" */
     uint64_t lease_ms;        /* consumer lease */
     uint64_t max_deliveries;  /* deliveries before a batch is dead-lettered */
+    uint64_t partitions;      /* --partitions P; 0: a plain queue */
 } create_opts;
 
 /* Reads create's flags before anything connects, so usage errors come
@@ -285,6 +406,8 @@ static int parse_create(int argc, char **argv, create_opts *o)
             num = &o->lease_ms;
         else if (strcmp(opt, "--max-deliveries") == 0)
             num = &o->max_deliveries;
+        else if (strcmp(opt, "--partitions") == 0)
+            num = &o->partitions;
         else if (strcmp(opt, "--remainder") != 0)
             return usage_error("create: unknown argument '%s'", opt);
         if (!val)
@@ -315,37 +438,142 @@ static int parse_create(int argc, char **argv, create_opts *o)
     if (o->ranks > 4096)
         return usage_error("create: --consumers %s is more than 4096 ranks",
                            val_or(argv, argc, "--consumers"));
+    if (o->partitions > SLUICE_MAX_PARTITIONS)
+        return usage_error("create: --partitions %s is more than 1024 partitions",
+                           val_or(argv, argc, "--partitions"));
     return 0;
 }
 
-static int cmd_create(sluicei_conn *c, const char *q, const create_opts *o)
+/* The name of a new queue: '#' is kept for partitions ("Q#3"), and with
+ * --partitions P every "Q#<P-1>" must be a valid name. Returns 0 or
+ * EXIT_USAGE (printed). */
+static int check_create_name(const char *q, const create_opts *o)
 {
-    char nb[24], nB[24], now[24], ranks[24], lease[24], maxd[24];
+    if (strchr(q, '#'))
+        return usage_error("create: queue name '%s' contains '#', which only the names of "
+                           "partitions have (Q#0, Q#1, ...)", q);
+    char last[24];
+    int n = snprintf(last, sizeof last, "#%" PRIu64, o->partitions ? o->partitions - 1 : 0);
+    if (o->partitions && strlen(q) + (size_t)n > SLUICE_MAX_QUEUE_NAME) {
+        fprintf(stderr, "sluice-ctl: create: queue name '%s' is too long for %" PRIu64
+                " partitions: the name of the last one, '%s%s', has %zu bytes, more than %d\n"
+                "try 'sluice-ctl --help'\n", q, o->partitions, q, last, strlen(q) + (size_t)n,
+                SLUICE_MAX_QUEUE_NAME);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Deletes partitions lo..hi-1 of x (a create being undone). Returns how
+ * many could not be deleted (each printed). */
+static int delete_partitions(ctl *x, int lo, int hi)
+{
+    int left = 0;
+    for (int p = lo; p < hi; p++) {
+        redisReply *r;
+        if (run_script(x, SLUICEI_SCRIPT_DELETE, pname(x, p), 0, NULL, &r))
+            left++;
+        else
+            freeReplyObject(r);
+    }
+    return left;
+}
+
+/* Creates the queue, or its partitions from the last to the first: the
+ * queue is found (sluicei_queue_partitions reads partition 0) only once
+ * all exist. If one fails, those made are deleted again. */
+static int cmd_create(ctl *x, const create_opts *o)
+{
+    char nb[24], nB[24], now[24], ranks[24], lease[24], maxd[24], np[24], pp[24];
     snprintf(nb, sizeof nb, "%" PRIu64, o->max_batches);
     snprintf(nB, sizeof nB, "%" PRIu64, o->max_bytes);
     snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us());
     snprintf(ranks, sizeof ranks, "%" PRIu64, o->ranks);
     snprintf(lease, sizeof lease, "%" PRIu64, o->lease_ms);
     snprintf(maxd, sizeof maxd, "%" PRIu64, o->max_deliveries);
-    const char *args[] = {nb, nB, now, ranks, o->ranks ? o->remainder : "", lease, maxd};
-    redisReply *r;
-    if (run_script(c, SLUICEI_SCRIPT_CREATE, q, 7, args, &r))
+    snprintf(np, sizeof np, "%" PRIu64, o->partitions);
+    const char *args[] = {nb, nB, now, ranks, o->ranks ? o->remainder : "", lease, maxd, np, pp};
+    /* Q may exist in the other form (plain / partitioned), which the
+     * script, looking at one name, would not see. */
+    int have;
+    char err[1024];
+    sluice_err e = sluicei_queue_partitions(x->r, x->q, &have, err, sizeof err);
+    if (e == SLUICE_OK) {
+        if (have)
+            fprintf(stderr, "sluice-ctl: queue '%s' exists already, with %d partition%s "
+                    "(sluice-ctl delete %s removes it)\n", x->q, have, have == 1 ? "" : "s", x->q);
+        else
+            fprintf(stderr, "sluice-ctl: queue '%s' exists already (sluice-ctl delete %s removes "
+                    "it)\n", x->q, x->q);
         return EXIT_RUNTIME;
-    freeReplyObject(r);
-    printf("created queue '%s': at most %s batches, %s bytes", q, nb, nB);
+    }
+    if (e != SLUICE_ERR_NOQUEUE) {
+        fprintf(stderr, "sluice-ctl: %s\n", err);
+        return EXIT_RUNTIME;
+    }
+    for (int p = nparts(x) - 1; p >= 0; p--) {
+        redisReply *r;
+        snprintf(pp, sizeof pp, "%d", p);
+        if (run_script(x, SLUICEI_SCRIPT_CREATE, pname(x, p), x->partitions ? 9 : 7, args, &r)) {
+            if (p + 1 < nparts(x)) {
+                int left = delete_partitions(x, p + 1, nparts(x));
+                if (left)
+                    fprintf(stderr, "sluice-ctl: queue '%s' is left incomplete: %d partition%s "
+                            "could not be deleted again (sluice-ctl delete %s#N removes one)\n",
+                            x->q, left, left == 1 ? "" : "s", x->q);
+                else
+                    fprintf(stderr, "sluice-ctl: queue '%s' not created: the %d partition%s "
+                            "made before were deleted again\n", x->q, nparts(x) - 1 - p,
+                            nparts(x) - 1 - p == 1 ? "" : "s");
+            }
+            return EXIT_RUNTIME;
+        }
+        freeReplyObject(r);
+    }
+    if (x->partitions)
+        printf("created queue '%s' of %d partitions (%s#0..%s#%d): at most %s batches, %s bytes "
+               "per partition", x->q, x->partitions, x->q, x->q, x->partitions - 1, nb, nB);
+    else
+        printf("created queue '%s': at most %s batches, %s bytes", x->q, nb, nB);
     if (o->ranks)
         printf("; coordinated over %s ranks, remainder %s", ranks, o->remainder);
     printf("\n");
     return 0;
 }
 
-static int cmd_delete(sluicei_conn *c, const char *q)
+/* Deletes the queue; a partitioned one from its last partition to the
+ * first, so that a delete that stops half-way can be run again (it finds
+ * the queue through partition 0). */
+static int cmd_delete(ctl *x)
 {
-    redisReply *r;
-    if (run_script(c, SLUICEI_SCRIPT_DELETE, q, 0, NULL, &r))
-        return EXIT_RUNTIME;
-    printf("deleted queue '%s' (%lld keys)\n", q, r->integer);
-    freeReplyObject(r);
+    long long keys = 0;
+    int missing = 0;
+    for (int p = nparts(x) - 1; p >= 0; p--) {
+        redisReply *r;
+        sluice_err e = script_call(x, SLUICEI_SCRIPT_DELETE, pname(x, p), 0, NULL, &r);
+        if (e == SLUICE_ERR_NOQUEUE && x->partitions && p > 0) {
+            /* A partition lost earlier: delete the others. */
+            freeReplyObject(r);
+            missing++;
+            continue;
+        }
+        if (e != SLUICE_OK) {
+            script_failed(x, pname(x, p), e, &r, 0);
+            if (p + 1 < nparts(x))
+                fprintf(stderr, "sluice-ctl: queue '%s': partitions %d..%d were deleted; run the "
+                        "delete again for the others\n", x->q, p + 1, nparts(x) - 1);
+            return EXIT_RUNTIME;
+        }
+        keys += r->integer;
+        freeReplyObject(r);
+    }
+    if (x->partitions)
+        printf("deleted queue '%s' (%d partitions, %lld keys)\n", x->q, x->partitions, keys);
+    else
+        printf("deleted queue '%s' (%lld keys)\n", x->q, keys);
+    if (missing)
+        fprintf(stderr, "sluice-ctl: queue '%s': %d of its partitions did not exist\n", x->q,
+                missing);
     return 0;
 }
 
@@ -432,11 +660,11 @@ static uint64_t uniform(uint64_t *state, uint64_t bound)
     }
 }
 
-/* Writes epoch's task order "3,0,2,1" into a new string (caller frees):
- * manifest order without a seed; else a Fisher-Yates shuffle driven by
- * splitmix64 seeded with seed ^ epoch, so that the same seed always gives
- * the same orders and each epoch its own. */
-static char *epoch_order(uint32_t *perm, size_t n, const submit_opts *o, uint64_t epoch)
+/* Writes epoch's task order into perm (n shards): manifest order without
+ * a seed; else a Fisher-Yates shuffle driven by splitmix64 seeded with
+ * seed ^ epoch, so that the same seed always gives the same orders and
+ * each epoch its own. */
+static void epoch_perm(uint32_t *perm, size_t n, const submit_opts *o, uint64_t epoch)
 {
     for (size_t i = 0; i < n; i++)
         perm[i] = (uint32_t)i;
@@ -449,77 +677,236 @@ static char *epoch_order(uint32_t *perm, size_t n, const submit_opts *o, uint64_
             perm[j] = t;
         }
     }
-    char *s = malloc(n * 8 + 1);   /* shards < 10^7: 7 digits and a comma each */
-    if (!s)
-        return NULL;
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++)
-        len += (size_t)sprintf(s + len, i ? ",%" PRIu32 : "%" PRIu32, perm[i]);
-    s[len] = '\0';
-    return s;
 }
 
-static int cmd_submit(sluicei_conn *c, const char *q, const submit_opts *o,
-                      const sluicei_shard *shards, size_t n)
+/* The job's arguments to the submit script, per partition (a plain queue:
+ * one). Shard s goes to partition s mod P; its task order in an epoch is
+ * the job's order of that epoch without the other partitions' shards. */
+typedef struct job_args {
+    int parts;
+    uint64_t epochs;
+    size_t *count;     /* [p]: shards of partition p */
+    char **def;        /* [s]: the definition of shard s */
+    char **order;      /* [p * epochs + e]: "3,0,2,1" */
+    char **shards;     /* [p]: "p,p+P,..." */
+    size_t nshards;
+} job_args;
+
+static void job_args_free(job_args *j)
+{
+    for (size_t s = 0; j->def && s < j->nshards; s++)
+        free(j->def[s]);
+    for (size_t i = 0; j->order && i < (size_t)j->parts * j->epochs; i++)
+        free(j->order[i]);
+    for (int p = 0; j->shards && p < j->parts; p++)
+        free(j->shards[p]);
+    free(j->def);
+    free(j->order);
+    free(j->shards);
+    free(j->count);
+}
+
+/* Fills j. Returns 0, or -1 when out of memory (j partly filled: free it). */
+static int job_args_make(job_args *j, int parts, const submit_opts *o, const sluicei_shard *shards,
+                         size_t n)
+{
+    *j = (job_args){.parts = parts, .epochs = o->epochs, .nshards = n};
+    size_t P = (size_t)parts;
+    uint32_t *perm = malloc(n * sizeof *perm);
+    size_t *len = calloc(P, sizeof *len);
+    int rc = -1;
+    j->count = calloc(P, sizeof *j->count);
+    j->def = calloc(n, sizeof *j->def);
+    j->order = calloc(P * (size_t)o->epochs, sizeof *j->order);
+    j->shards = calloc(P, sizeof *j->shards);
+    if (!perm || !len || !j->count || !j->def || !j->order || !j->shards)
+        goto out;
+    for (size_t s = 0; s < n; s++) {
+        j->count[s % P]++;
+        if (!(j->def[s] = sluicei_shard_encode(&shards[s])))
+            goto out;
+    }
+    /* shards < 10^7 (MAX_TASKS): 7 digits and a comma each */
+    for (size_t p = 0; p < P; p++) {
+        if (!(j->shards[p] = malloc(j->count[p] * 8 + 1)))
+            goto out;
+        size_t k = 0;
+        for (size_t s = p; s < n; s += P)
+            k += (size_t)sprintf(j->shards[p] + k, k ? ",%zu" : "%zu", s);
+        j->shards[p][k] = '\0';
+    }
+    for (uint64_t e = 0; e < o->epochs; e++) {
+        epoch_perm(perm, n, o, e);
+        for (size_t p = 0; p < P; p++) {
+            if (!(j->order[p * o->epochs + e] = malloc(j->count[p] * 8 + 1)))
+                goto out;
+            len[p] = 0;
+        }
+        for (size_t i = 0; i < n; i++) {
+            size_t p = perm[i] % P;
+            char *str = j->order[p * o->epochs + e];
+            len[p] += (size_t)sprintf(str + len[p], len[p] ? ",%" PRIu32 : "%" PRIu32, perm[i]);
+        }
+        for (size_t p = 0; p < P; p++)
+            j->order[p * o->epochs + e][len[p]] = '\0';
+    }
+    rc = 0;
+out:
+    free(perm);
+    free(len);
+    return rc;
+}
+
+static redisReply *must(ctl *x, const char *q, int argc, const char **argv);
+
+/* Before a partitioned submit writes anything: every partition exists and
+ * would take the job (the script's own checks, which it repeats
+ * atomically). Returns 0 or EXIT_RUNTIME (printed). */
+static int submit_check(ctl *x)
+{
+    for (int p = 0; p < nparts(x); p++) {
+        char meta[SLUICE_MAX_KEY], job[SLUICE_MAX_KEY], dlv[SLUICE_MAX_KEY];
+        sluicei_key(meta, pname(x, p), "meta");
+        sluicei_key(job, pname(x, p), "job");
+        sluicei_key(dlv, pname(x, p), "dlv");
+        const char *ex[2] = {"EXISTS", meta};
+        const char *hm[5] = {"HMGET", job, "state", "epoch_open", "epochs"};
+        const char *hl[2] = {"HLEN", dlv};
+        redisReply *r = must(x, pname(x, p), 2, ex), *st = NULL, *held = NULL;
+        int rc = 0;
+        if (!r || !(st = must(x, pname(x, p), 5, hm)) || !(held = must(x, pname(x, p), 2, hl))) {
+            rc = EXIT_RUNTIME;
+        } else if (r->integer == 0) {
+            print_noqueue(x, pname(x, p));
+            rc = EXIT_RUNTIME;
+        } else if (st->type == REDIS_REPLY_ARRAY && st->elements == 3 &&
+                   st->element[0]->type == REDIS_REPLY_STRING) {
+            const char *state = st->element[0]->str;
+            const char *open = st->element[1]->str ? st->element[1]->str : "?";
+            const char *epochs = st->element[2]->str ? st->element[2]->str : "?";
+            if (strcmp(state, "finished") != 0) {
+                fprintf(stderr, "sluice-ctl: queue '%s': the queue runs a job (epoch %s of %s in "
+                        "partition %d); wait for it to finish or delete the queue\n", x->q, open,
+                        epochs, p);
+                rc = EXIT_RUNTIME;
+            } else if (held->integer > 0) {
+                fprintf(stderr, "sluice-ctl: queue '%s': the previous job is finished but %lld of "
+                        "its batches in partition %d are not consumed yet; wait for the "
+                        "consumers or delete the queue\n", x->q, held->integer, p);
+                rc = EXIT_RUNTIME;
+            }
+        }
+        if (r)
+            freeReplyObject(r);
+        if (st)
+            freeReplyObject(st);
+        if (held)
+            freeReplyObject(held);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Submits the job: one script call for a plain queue; for a partitioned
+ * one, after checking every partition, one per partition, in order. */
+static int cmd_submit(ctl *x, const submit_opts *o, const sluicei_shard *shards, size_t n)
 {
     if ((uint64_t)n * o->epochs > MAX_TASKS) {
         fprintf(stderr, "sluice-ctl: %zu shards x %" PRIu64 " epochs is more than %llu tasks\n",
                 n, o->epochs, MAX_TASKS);
         return EXIT_RUNTIME;
     }
-    size_t argc = 6 + n + (size_t)o->epochs;
+    int P = nparts(x);
+    if (x->partitions && n < (size_t)P) {
+        fprintf(stderr, "sluice-ctl: queue '%s' has %d partitions but the job only %zu shard%s: "
+                "every partition needs one at least (split= in the manifest makes more)\n",
+                x->q, P, n, n == 1 ? "" : "s");
+        return EXIT_RUNTIME;
+    }
+    job_args j;
+    size_t most = n / (size_t)P + 1;
+    size_t argc = 6 + most + (size_t)o->epochs + 1;
     const char **argv = calloc(argc, sizeof *argv);
-    uint32_t *perm = malloc(n * sizeof *perm);
     char ep[24], ns[24], bs[24], seed[24], ma[24], now[24];
     int rc = EXIT_RUNTIME;
-    if (!argv || !perm)
-        goto oom;
+    long long tasks = 0;
+    if (job_args_make(&j, P, o, shards, n) != 0 || !argv) {
+        fprintf(stderr, "sluice-ctl: out of memory building the job\n");
+        goto out;
+    }
+    if (x->partitions && submit_check(x) != 0)
+        goto out;
     snprintf(ep, sizeof ep, "%" PRIu64, o->epochs);
-    snprintf(ns, sizeof ns, "%zu", n);
     snprintf(bs, sizeof bs, "%" PRIu64, o->batch_size);
     seed[0] = '\0';
     if (o->has_seed)
         snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
     snprintf(ma, sizeof ma, "%" PRIu64, o->max_attempts);
     snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us());
-    const char *head[6] = {ep, ns, bs, seed, ma, now};
-    memcpy(argv, head, sizeof head);
-    for (size_t i = 0; i < n; i++)
-        if (!(argv[6 + i] = sluicei_shard_encode(&shards[i])))
-            goto oom;
-    for (uint64_t e = 0; e < o->epochs; e++)
-        if (!(argv[6 + n + e] = epoch_order(perm, n, o, e)))
-            goto oom;
-    redisReply *r;
-    if (run_script(c, SLUICEI_SCRIPT_SUBMIT, q, argc, argv, &r) == 0) {
-        printf("submitted %lld tasks (%zu shards \xc3\x97 %" PRIu64 " epochs) to queue '%s'\n",
-               r->integer, n, o->epochs, q);
+    for (int p = 0; p < P; p++) {
+        size_t k = 0;
+        snprintf(ns, sizeof ns, "%zu", j.count[p]);
+        const char *head[6] = {ep, ns, bs, seed, ma, now};
+        for (; k < 6; k++)
+            argv[k] = head[k];
+        for (size_t s = (size_t)p; s < n; s += (size_t)P)
+            argv[k++] = j.def[s];
+        for (uint64_t e = 0; e < o->epochs; e++)
+            argv[k++] = j.order[(size_t)p * o->epochs + e];
+        /* The shard numbers stay global: batch ids are unique in the queue. */
+        if (x->partitions)
+            argv[k++] = j.shards[p];
+        redisReply *r;
+        if (run_script(x, SLUICEI_SCRIPT_SUBMIT, pname(x, p), k, argv, &r) != 0) {
+            if (p > 0) {
+                char done[48];
+                if (p == 1)
+                    snprintf(done, sizeof done, "partition 0 has its part");
+                else
+                    snprintf(done, sizeof done, "partitions 0..%d have theirs", p - 1);
+                fprintf(stderr, "sluice-ctl: queue '%s': the job is only partly submitted: %s "
+                        "(%lld tasks), partition %d failed%s; delete the queue and create it "
+                        "again (sluice-ctl delete %s)\n", x->q, done, tasks, p,
+                        p + 1 < P ? " and those after it have nothing" : "", x->q);
+            }
+            goto out;
+        }
+        tasks += r->integer;
         freeReplyObject(r);
-        rc = 0;
     }
-    goto out;
-oom:
-    fprintf(stderr, "sluice-ctl: out of memory building the job\n");
+    if (x->partitions)
+        printf("submitted %lld tasks (%zu shards \xc3\x97 %" PRIu64 " epochs) to queue '%s' over %d "
+               "partitions\n", tasks, n, o->epochs, x->q, P);
+    else
+        printf("submitted %lld tasks (%zu shards \xc3\x97 %" PRIu64 " epochs) to queue '%s'\n",
+               tasks, n, o->epochs, x->q);
+    rc = 0;
 out:
-    if (argv)
-        for (size_t i = 6; i < argc; i++)
-            free((char *)argv[i]);
+    job_args_free(&j);
     free(argv);
-    free(perm);
     return rc;
 }
 
 /* ---- reading the queue's state ------------------------------------------- */
 
-/* A command that must work; on failure prints one line and returns NULL. */
-static redisReply *must(sluicei_conn *c, int argc, const char **argv)
+/* A command (at most 8 arguments) on the node serving queue q that must
+ * work; on failure prints one line and returns NULL. */
+static redisReply *must(ctl *x, const char *q, int argc, const char **argv)
 {
     redisReply *r = NULL;
-    sluice_err e = sluicei_conn_commandargv(c, &r, argc, argv, NULL);
-    if (e == SLUICE_OK)
+    size_t len[8];
+    for (int i = 0; i < argc && i < 8; i++)
+        len[i] = strlen(argv[i]);
+    sluice_err e = sluicei_router_command(x->r, q, deadline(x), &r, argc, argv, len);
+    if (e == SLUICE_OK && r && r->type != REDIS_REPLY_ERROR)
         return r;
-    fprintf(stderr, "sluice-ctl: %s %s: %s\n", argv[0], argc > 1 ? argv[1] : "",
-            r ? r->str : c->errstr);
+    char detail[1024];
+    if (r && r->type == REDIS_REPLY_ERROR)
+        snprintf(detail, sizeof detail, "%s", r->str);
+    else
+        why(x, q, detail, sizeof detail);
+    fprintf(stderr, "sluice-ctl: %s %s: %s\n", argv[0], argc > 1 ? argv[1] : "", detail);
     if (r)
         freeReplyObject(r);
     return NULL;
@@ -570,11 +957,11 @@ static long long hnum(const redisReply *h, const char *field)
 
 /* Runs "CMD key [arg]" and stores its integer value in *out (a nil reply,
  * LPOS finding nothing: -1). Returns 0, or -1 after printing the error. */
-static int count_cmd(sluicei_conn *c, const char *cmd, const char *key, const char *arg,
+static int count_cmd(ctl *x, const char *q, const char *cmd, const char *key, const char *arg,
                      long long *out)
 {
     const char *argv[3] = {cmd, key, arg};
-    redisReply *r = must(c, arg ? 3 : 2, argv);
+    redisReply *r = must(x, q, arg ? 3 : 2, argv);
     if (!r)
         return -1;
     *out = r->type == REDIS_REPLY_NIL ? -1 : num_of(r);
@@ -582,10 +969,10 @@ static int count_cmd(sluicei_conn *c, const char *cmd, const char *key, const ch
     return 0;
 }
 
-static redisReply *hgetall(sluicei_conn *c, const char *key)
+static redisReply *hgetall(ctl *x, const char *q, const char *key)
 {
     const char *argv[2] = {"HGETALL", key};
-    return must(c, 2, argv);
+    return must(x, q, 2, argv);
 }
 
 typedef struct epoch_info {
@@ -635,15 +1022,16 @@ static void qinfo_free(qinfo *in)
 
 /* Stores in *n the batches waiting in list key, not counting an end
  * marker eof:<e>. Returns 0 or -1 (printed). */
-static int list_batches(sluicei_conn *c, const char *key, long long e, int ended, long long *n)
+static int list_batches(ctl *x, const char *q, const char *key, long long e, int ended,
+                        long long *n)
 {
-    if (count_cmd(c, "LLEN", key, NULL, n))
+    if (count_cmd(x, q, "LLEN", key, NULL, n))
         return -1;
     if (*n > 0 && ended) {
         char marker[32];
         long long pos;
         snprintf(marker, sizeof marker, "eof:%lld", e);
-        if (count_cmd(c, "LPOS", key, marker, &pos))
+        if (count_cmd(x, q, "LPOS", key, marker, &pos))
             return -1;
         if (pos >= 0)
             (*n)--;
@@ -652,7 +1040,7 @@ static int list_batches(sluicei_conn *c, const char *key, long long e, int ended
 }
 
 /* Fills the peers of kind (producers or consumers) from hash h. */
-static int read_peers(sluicei_conn *c, qinfo *in, const redisReply *h, int producers)
+static int read_peers(ctl *x, qinfo *in, const redisReply *h, int producers)
 {
     size_t n = h->elements / 2;
     peer *ps = calloc(n ? n : 1, sizeof *ps);
@@ -674,12 +1062,12 @@ static int read_peers(sluicei_conn *c, qinfo *in, const redisReply *h, int produ
         } else {
             p->extra = hget(in->crank, p->id);
             qkey(key, in->q, "pending:%s", p->id);
-            if (count_cmd(c, "LLEN", key, NULL, &p->pending))
+            if (count_cmd(x, in->q, "LLEN", key, NULL, &p->pending))
                 goto fail;
             in->pending += p->pending;
             qkey(key, in->q, "cstats:%s", p->id);
         }
-        if (!(p->stats = hgetall(c, key)))
+        if (!(p->stats = hgetall(x, in->q, key)))
             goto fail;
     }
     if (producers) {
@@ -699,7 +1087,7 @@ fail:
 }
 
 /* Reads the queue's state. Returns 0, or EXIT_RUNTIME (printed). */
-static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
+static int qinfo_read(ctl *x, const char *q, qinfo *in)
 {
     char k[SLUICE_MAX_KEY];
     memset(in, 0, sizeof *in);
@@ -707,19 +1095,18 @@ static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
 #define HALL(field, name)                                     \
     do {                                                      \
         qkey(k, q, "%s", name);                               \
-        if (!(in->field = hgetall(c, k)))                     \
+        if (!(in->field = hgetall(x, q, k)))                  \
             return EXIT_RUNTIME;                              \
     } while (0)
 #define COUNT(field, cmd, name)                               \
     do {                                                      \
         qkey(k, q, "%s", name);                               \
-        if (count_cmd(c, cmd, k, NULL, &in->field))           \
+        if (count_cmd(x, q, cmd, k, NULL, &in->field))        \
             return EXIT_RUNTIME;                              \
     } while (0)
     HALL(meta, "meta");
     if (in->meta->elements == 0) {
-        fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create %s)\n",
-                q, q);
+        print_noqueue(x, q);
         return EXIT_RUNTIME;
     }
     in->ranks = hnum(in->meta, "ranks");
@@ -743,7 +1130,7 @@ static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
     COUNT(done, "HLEN", "tbatches");
     qkey(k, q, "failed");
     const char *lr[4] = {"LRANGE", k, "0", "-1"};
-    if (!(in->failed = must(c, 4, lr)))
+    if (!(in->failed = must(x, q, 4, lr)))
         return EXIT_RUNTIME;
 #undef HALL
 #undef COUNT
@@ -757,11 +1144,11 @@ static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
         return EXIT_RUNTIME;
     }
     for (long long e = 0; e < in->epochs; e++) {
-        epoch_info *x = &in->ep[e];
+        epoch_info *ep = &in->ep[e];
         char f[48];
 #define EST(member, name)                                     \
         snprintf(f, sizeof f, "%lld:%s", e, name);            \
-        x->member = hnum(in->estats, f)
+        ep->member = hnum(in->estats, f)
         EST(pushed, "pushed");
         EST(acked, "acked");
         EST(dropped, "dropped");
@@ -769,31 +1156,401 @@ static int qinfo_read(sluicei_conn *c, const char *q, qinfo *in)
         EST(failed_tasks, "failed_tasks");
 #undef EST
         snprintf(f, sizeof f, "%lld", e);
-        x->finished = hnum(in->edone, f);
-        x->ended = hget(in->eof, f) != NULL;
+        ep->finished = hnum(in->edone, f);
+        ep->ended = hget(in->eof, f) != NULL;
         long long n;
         if (in->ranks > 0) {
             for (long long r = 0; r < in->ranks; r++) {
                 qkey(k, q, "ready:%lld:%lld", e, r);
-                if (list_batches(c, k, e, x->ended, &n))
+                if (list_batches(x, q, k, e, ep->ended, &n))
                     return EXIT_RUNTIME;
-                x->ready += n;
+                ep->ready += n;
             }
             qkey(k, q, "stage:%lld", e);
-            if (count_cmd(c, "LLEN", k, NULL, &n))
+            if (count_cmd(x, q, "LLEN", k, NULL, &n))
                 return EXIT_RUNTIME;
-            x->ready += n;
+            ep->ready += n;
         } else {
             qkey(k, q, "ready:%lld", e);
-            if (list_batches(c, k, e, x->ended, &n))
+            if (list_batches(x, q, k, e, ep->ended, &n))
                 return EXIT_RUNTIME;
-            x->ready += n;
+            ep->ready += n;
         }
-        in->ready += x->ready;
+        in->ready += ep->ready;
     }
-    if (read_peers(c, in, in->producers, 1) || read_peers(c, in, in->consumers, 0))
+    if (read_peers(x, in, in->producers, 1) || read_peers(x, in, in->consumers, 0))
         return EXIT_RUNTIME;
     return 0;
+}
+
+/* ---- a partitioned queue as a whole ------------------------------------- */
+
+/* The figures of a partitioned queue are the sums of its partitions'. They
+ * go into replies built here, of the shape of hiredis' own, so that the
+ * code that prints a plain queue prints them too; freeReplyObject() frees
+ * them (hiredis frees with free()). */
+static redisReply *mk_reply(int type)
+{
+    redisReply *r = calloc(1, sizeof *r);
+    if (r)
+        r->type = type;
+    return r;
+}
+
+static redisReply *mk_str(const char *s)
+{
+    redisReply *r = mk_reply(REDIS_REPLY_STRING);
+    if (r && !(r->str = strdup(s))) {
+        free(r);
+        return NULL;
+    }
+    if (r)
+        r->len = strlen(s);
+    return r;
+}
+
+/* Appends el to array a (el then belongs to a). Returns 0, or -1 when
+ * out of memory (el freed). */
+static int arr_add(redisReply *a, redisReply *el)
+{
+    if (!el)
+        return -1;
+    redisReply **e = realloc(a->element, (a->elements + 1) * sizeof *e);
+    if (!e) {
+        freeReplyObject(el);
+        return -1;
+    }
+    a->element = e;
+    a->element[a->elements++] = el;
+    return 0;
+}
+
+/* The index of field's name in hash h, or -1. */
+static long hfind(const redisReply *h, const char *field)
+{
+    for (size_t i = 0; i + 1 < h->elements; i += 2)
+        if (strcmp(h->element[i]->str, field) == 0)
+            return (long)i;
+    return -1;
+}
+
+/* Sets field to value in built hash h. Returns 0 or -1 (out of memory). */
+static int hash_put(redisReply *h, const char *field, const char *value)
+{
+    long i = hfind(h, field);
+    if (i < 0)
+        return arr_add(h, mk_str(field)) || arr_add(h, mk_str(value)) ? -1 : 0;
+    redisReply *v = mk_str(value);
+    if (!v)
+        return -1;
+    freeReplyObject(h->element[i + 1]);
+    h->element[i + 1] = v;
+    return 0;
+}
+
+static int hash_put_num(redisReply *h, const char *field, long long v)
+{
+    char s[24];
+    snprintf(s, sizeof s, "%lld", v);
+    return hash_put(h, field, s);
+}
+
+static void hash_del(redisReply *h, const char *field)
+{
+    long i = hfind(h, field);
+    if (i < 0)
+        return;
+    freeReplyObject(h->element[i]);
+    freeReplyObject(h->element[i + 1]);
+    memmove(h->element + i, h->element + i + 2, (h->elements - (size_t)i - 2) * sizeof *h->element);
+    h->elements -= 2;
+}
+
+/* A decimal integer, as Redis writes counters. */
+static int is_int(const char *s)
+{
+    size_t i = s[0] == '-';
+    if (!s[i] || strlen(s + i) > 18)
+        return 0;
+    return strspn(s + i, "0123456789") == strlen(s + i);
+}
+
+typedef enum merge_how {
+    MERGE_FIRST,    /* a field's first value */
+    MERGE_SUM,      /* integers added up (else the first value) */
+    MERGE_MAX,      /* the largest integer */
+    MERGE_CONCAT,   /* every pair as it comes: the fields are known to differ */
+} merge_how;
+
+/* One hash of the fields of hashes hs[0..n) (NULL entries skipped).
+ * Returns NULL when out of memory. */
+static redisReply *hash_merge(redisReply *const *hs, size_t n, merge_how how)
+{
+    redisReply *m = mk_reply(REDIS_REPLY_ARRAY);
+    if (!m)
+        return NULL;
+    for (size_t k = 0; k < n; k++) {
+        const redisReply *h = hs[k];
+        for (size_t i = 0; h && h->type == REDIS_REPLY_ARRAY && i + 1 < h->elements; i += 2) {
+            const char *f = h->element[i]->str, *v = h->element[i + 1]->str;
+            long at = how == MERGE_CONCAT ? -1 : hfind(m, f);
+            int rc = 0;
+            if (at < 0) {
+                rc = arr_add(m, mk_str(f)) || arr_add(m, mk_str(v));
+            } else if (how != MERGE_FIRST && is_int(v) && is_int(m->element[at + 1]->str)) {
+                long long a = strtoll(m->element[at + 1]->str, NULL, 10);
+                long long b = strtoll(v, NULL, 10);
+                rc = hash_put_num(m, f, how == MERGE_SUM ? a + b : a > b ? a : b);
+            }
+            if (rc) {
+                freeReplyObject(m);
+                return NULL;
+            }
+        }
+    }
+    return m;
+}
+
+/* The peer called id in partition info in, or NULL. */
+static const peer *peer_in(const qinfo *in, const char *id, int producers)
+{
+    const peer *ps = producers ? in->prod : in->cons;
+    size_t n = producers ? in->nprod : in->ncons;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(ps[i].id, id) == 0)
+            return &ps[i];
+    return NULL;
+}
+
+/* The peers of the whole queue from the merged producers/consumers hash:
+ * a producer or consumer works in several partitions under one id (one
+ * child per partition); its published counters are added up, its last
+ * sign of life is the latest, its epoch the highest. Returns 0 or -1. */
+static int merge_peers(qinfo *all, const qinfo *parts, int P, int producers)
+{
+    const redisReply *h = producers ? all->producers : all->consumers;
+    size_t n = h->elements / 2;
+    peer *ps = calloc(n ? n : 1, sizeof *ps);
+    redisReply **st = calloc((size_t)P, sizeof *st);
+    if (!ps || !st) {
+        free(ps);
+        free(st);
+        return -1;
+    }
+    long long now = (long long)(sluicei_wall_us() / 1000u);
+    size_t i = 0;
+    for (; i < n; i++) {
+        peer *p = &ps[i];
+        p->id = h->element[2 * i]->str;
+        p->seen_ago_ms = now - strtoll(h->element[2 * i + 1]->str, NULL, 10);
+        long long epoch = -1;
+        for (int k = 0; k < P; k++) {
+            const peer *x = peer_in(&parts[k], p->id, producers);
+            st[k] = x ? x->stats : NULL;
+            if (x && !producers) {
+                p->pending += x->pending;
+                if (hget(x->stats, "epoch") && hnum(x->stats, "epoch") > epoch)
+                    epoch = hnum(x->stats, "epoch");
+            }
+        }
+        if (producers) {
+            for (size_t k = 0; all->towner && k + 1 < all->towner->elements; k += 2)
+                if (strcmp(all->towner->element[k + 1]->str, p->id) == 0)
+                    p->extra = all->towner->element[k]->str;
+        } else {
+            p->extra = hget(all->crank, p->id);
+            all->pending += p->pending;
+        }
+        if (!(p->stats = hash_merge(st, (size_t)P, MERGE_SUM)) ||
+            (epoch >= 0 && hash_put_num(p->stats, "epoch", epoch)))
+            break;
+    }
+    free(st);
+    if (producers) {
+        all->prod = ps;
+        all->nprod = i;
+    } else {
+        all->cons = ps;
+        all->ncons = i;
+    }
+    return i == n ? 0 : -1;
+}
+
+/* Fills all (its q: q) with the sums over parts[0..P). Returns 0, or
+ * EXIT_RUNTIME when out of memory (printed; qinfo_free(all) still due). */
+static int qinfo_merge(qinfo *all, const qinfo *parts, int P, const char *q)
+{
+    memset(all, 0, sizeof *all);
+    all->q = q;
+    redisReply **hs = calloc((size_t)P, sizeof *hs);
+    if (!hs)
+        goto oom;
+#define MERGE(field, how)                                     \
+    do {                                                      \
+        for (int p_ = 0; p_ < P; p_++)                        \
+            hs[p_] = parts[p_].field;                         \
+        if (!(all->field = hash_merge(hs, (size_t)P, how)))   \
+            goto oom;                                         \
+    } while (0)
+    MERGE(meta, MERGE_FIRST);
+    MERGE(stats, MERGE_SUM);
+    MERGE(job, MERGE_FIRST);
+    MERGE(terr, MERGE_CONCAT);
+    MERGE(tattempts, MERGE_CONCAT);
+    MERGE(towner, MERGE_CONCAT);
+    MERGE(producers, MERGE_MAX);
+    MERGE(consumers, MERGE_MAX);
+    MERGE(crank, MERGE_FIRST);
+#undef MERGE
+    if (!(all->failed = mk_reply(REDIS_REPLY_ARRAY)))
+        goto oom;
+    long long max_batches = 0, max_bytes = 0, ntasks = 0, open = -1;
+    const char *state = NULL;
+    for (int p = 0; p < P; p++) {
+        const qinfo *in = &parts[p];
+        for (size_t i = 0; i < in->failed->elements; i++)
+            if (arr_add(all->failed, mk_str(in->failed->element[i]->str)))
+                goto oom;
+        max_batches += hnum(in->meta, "max_batches");
+        max_bytes += hnum(in->meta, "max_bytes");
+        all->held += in->held;
+        all->bytes += in->bytes;
+        all->ready += in->ready;
+        all->dead += in->dead;
+        all->waiting += in->waiting;
+        all->claimed += in->claimed;
+        all->done += in->done;
+        if (in->epochs > all->epochs)
+            all->epochs = in->epochs;
+        if (in->job->elements) {
+            const char *st = hget(in->job, "state");
+            ntasks += hnum(in->job, "ntasks");
+            if (open < 0 || hnum(in->job, "epoch_open") < open)
+                open = hnum(in->job, "epoch_open");
+            /* The job runs while it runs in any partition. */
+            if (st && (!state || strcmp(st, "finished") != 0))
+                state = st;
+        }
+    }
+    all->ranks = parts[0].ranks;
+    all->lease_ms = parts[0].lease_ms;
+    hash_del(all->meta, "partition");
+    if (hash_put_num(all->meta, "max_batches", max_batches) ||
+        hash_put_num(all->meta, "max_bytes", max_bytes))
+        goto oom;
+    if (all->job->elements && (hash_put_num(all->job, "ntasks", ntasks) ||
+                               hash_put_num(all->job, "epoch_open", open) ||
+                               (state && hash_put(all->job, "state", state))))
+        goto oom;
+    if (!(all->ep = calloc((size_t)all->epochs, sizeof *all->ep)))
+        goto oom;
+    /* An epoch of the queue ends when it ended in every partition. */
+    for (long long e = 0; e < all->epochs; e++) {
+        epoch_info *x = &all->ep[e];
+        x->ended = 1;
+        for (int p = 0; p < P; p++) {
+            if (e >= parts[p].epochs) {
+                x->ended = 0;
+                continue;
+            }
+            const epoch_info *y = &parts[p].ep[e];
+            x->ready += y->ready;
+            x->pushed += y->pushed;
+            x->acked += y->acked;
+            x->dropped += y->dropped;
+            x->padded += y->padded;
+            x->failed_tasks += y->failed_tasks;
+            x->finished += y->finished;
+            x->ended &= y->ended;
+        }
+    }
+    if (merge_peers(all, parts, P, 1) || merge_peers(all, parts, P, 0))
+        goto oom;
+    free(hs);
+    return 0;
+oom:
+    free(hs);
+    fprintf(stderr, "sluice-ctl: out of memory adding up the partitions of queue '%s'\n", q);
+    return EXIT_RUNTIME;
+}
+
+/* What info, jobs, stat and metrics show: the queue, and for a partitioned
+ * one also each partition. */
+typedef struct qview {
+    qinfo all;                /* a plain queue, or the sums over the partitions */
+    int partitions;           /* 0: a plain queue */
+    qinfo *part;              /* [partitions] */
+    char (*node)[256];        /* [partitions]: the node serving each ("redis://h:p/0") */
+} qview;
+
+static void qview_free(qview *v)
+{
+    qinfo_free(&v->all);
+    for (int p = 0; p < v->partitions && v->part; p++)
+        qinfo_free(&v->part[p]);
+    free(v->part);
+    free(v->node);
+}
+
+static int ctl_discover(ctl *x);
+
+/* Reads the queue (every partition). A partitioned queue created anew
+ * with another number of partitions is found again. Returns 0, or
+ * EXIT_RUNTIME (printed); qview_free(v) is due either way. */
+static int view_read(ctl *x, qview *v)
+{
+    memset(v, 0, sizeof *v);
+    if (!x->partitions)
+        return qinfo_read(x, x->q, &v->all);
+    int P = x->partitions;
+    v->part = calloc((size_t)P, sizeof *v->part);
+    v->node = calloc((size_t)P, sizeof *v->node);
+    if (!v->part || !v->node) {
+        fprintf(stderr, "sluice-ctl: out of memory\n");
+        return EXIT_RUNTIME;
+    }
+    v->partitions = P;
+    for (int p = 0; p < P; p++) {
+        int rc = qinfo_read(x, pname(x, p), &v->part[p]);
+        if (rc)
+            return rc;
+        if (p == 0 && hnum(v->part[0].meta, "partitions") != P) {
+            qview_free(v);
+            memset(v, 0, sizeof *v);
+            return ctl_discover(x) ? EXIT_RUNTIME : view_read(x, v);
+        }
+        sluicei_url u;
+        char err[256];
+        if (sluicei_router_url(x->r, pname(x, p), 0, &u, err, sizeof err) == SLUICE_OK) {
+            sluicei_url_describe(&u, v->node[p], sizeof v->node[p]);
+            sluicei_url_free(&u);
+        } else {
+            snprintf(v->node[p], sizeof v->node[p], "?");
+        }
+    }
+    return qinfo_merge(&v->all, v->part, P, x->q);
+}
+
+/* Finds out whether x->q is plain or partitioned (again, after a failed
+ * read: stat and metrics follow a queue deleted and created anew).
+ * Returns 0, or EXIT_RUNTIME (printed: missing queue, Redis error). */
+static int ctl_discover(ctl *x)
+{
+    int partitions = 0;
+    char err[1024];
+    sluice_err e = sluicei_queue_partitions(x->r, x->q, &partitions, err, sizeof err);
+    if (e == SLUICE_ERR_NOQUEUE) {
+        fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create "
+                "%s)\n", x->q, x->q);
+        return EXIT_RUNTIME;
+    }
+    if (e != SLUICE_OK) {
+        fprintf(stderr, "sluice-ctl: %s\n", err);
+        return EXIT_RUNTIME;
+    }
+    if (x->names && partitions == x->partitions)
+        return 0;
+    return ctl_set_partitions(x, partitions) ? EXIT_RUNTIME : 0;
 }
 
 /* ---- text output ---------------------------------------------------------- */
@@ -869,9 +1626,34 @@ static void print_job(const qinfo *in)
     print_peers("producer", in->prod, in->nprod, in->lease_ms);
 }
 
-static void print_info(const qinfo *in)
+/* One line per partition: where it is and what it holds against its
+ * budgets (info), or its part of the job (jobs). */
+static void print_partitions(const qview *v, int job_only)
 {
+    for (int p = 0; p < v->partitions; p++) {
+        const qinfo *in = &v->part[p];
+        if (job_only) {
+            const char *st = hget(in->job, "state");
+            printf("partition %d: %s, job %s, epoch_open %lld, shards %lld, tasks_waiting %lld, "
+                   "tasks_claimed %lld, tasks_done %lld, tasks_failed %zu\n",
+                   p, in->q, in->job->elements ? (st ? st : "?") : "none",
+                   hnum(in->job, "epoch_open"), hnum(in->job, "ntasks"), in->waiting, in->claimed,
+                   in->done, in->failed->elements);
+        } else {
+            printf("partition %d: %s on %s, batches %lld/%lld, bytes %lld/%lld, ready %lld, "
+                   "pending %lld, dead_letters %lld\n",
+                   p, in->q, v->node[p], in->held, hnum(in->meta, "max_batches"), in->bytes,
+                   hnum(in->meta, "max_bytes"), in->ready, in->pending, in->dead);
+        }
+    }
+}
+
+static void print_info(const qview *v)
+{
+    const qinfo *in = &v->all;
     printf("queue: %s\n", in->q);
+    if (v->partitions)
+        printf("partitions: %d\n", v->partitions);
     printf("max_batches: %s\n", hget(in->meta, "max_batches") ? hget(in->meta, "max_batches") : "0");
     printf("max_bytes: %s\n", hget(in->meta, "max_bytes") ? hget(in->meta, "max_bytes") : "0");
     if (in->ranks > 0)
@@ -887,6 +1669,7 @@ static void print_info(const qinfo *in)
     for (size_t i = 0; i < sizeof info_stats / sizeof info_stats[0]; i++)
         printf("%s: %lld\n", info_stats[i], hnum(in->stats, info_stats[i]));
     printf("dead_letters: %lld\n", in->dead);
+    print_partitions(v, 0);
     print_job(in);
     print_peers("consumer", in->cons, in->ncons, in->lease_ms);
 }
@@ -1098,8 +1881,46 @@ static void jw_job(jw *w, const qinfo *in)
     jw_close(w, '}');
 }
 
-static void print_json(const qinfo *in, int job_only)
+/* "partitions": one object per partition (a partitioned queue only). */
+static void jw_partitions(jw *w, const qview *v)
 {
+    if (!v->partitions)
+        return;
+    jw_open(w, "partitions", '[');
+    for (int p = 0; p < v->partitions; p++) {
+        const qinfo *in = &v->part[p];
+        jw_open(w, NULL, '{');
+        jw_int(w, "partition", p);
+        jw_str(w, "queue", in->q);
+        jw_str(w, "node", v->node[p]);
+        jw_int(w, "batches", in->held);
+        jw_int(w, "max_batches", hnum(in->meta, "max_batches"));
+        jw_int(w, "bytes", in->bytes);
+        jw_int(w, "max_bytes", hnum(in->meta, "max_bytes"));
+        jw_int(w, "ready", in->ready);
+        jw_int(w, "pending", in->pending);
+        jw_int(w, "dead_letters", in->dead);
+        if (in->job->elements) {
+            jw_open(w, "job", '{');
+            jw_str(w, "state", hget(in->job, "state"));
+            jw_int(w, "epoch_open", hnum(in->job, "epoch_open"));
+            jw_int(w, "shards", hnum(in->job, "ntasks"));
+            jw_int(w, "waiting", in->waiting);
+            jw_int(w, "claimed", in->claimed);
+            jw_int(w, "done", in->done);
+            jw_int(w, "failed", (long long)in->failed->elements);
+            jw_close(w, '}');
+        } else {
+            jw_str(w, "job", NULL);
+        }
+        jw_close(w, '}');
+    }
+    jw_close(w, ']');
+}
+
+static void print_json(const qview *v, int job_only)
+{
+    const qinfo *in = &v->all;
     jw w = {0};
     jw_open(&w, NULL, '{');
     jw_str(&w, "queue", in->q);
@@ -1116,23 +1937,26 @@ static void print_json(const qinfo *in, int job_only)
     jw_peers(&w, "producers", in->prod, in->nprod, 1, in->lease_ms);
     if (!job_only)
         jw_peers(&w, "consumers", in->cons, in->ncons, 0, in->lease_ms);
+    jw_partitions(&w, v);
     jw_close(&w, '}');
     putchar('\n');
 }
 
-static int cmd_info(sluicei_conn *c, const char *q, int json, int job_only)
+static int cmd_info(ctl *x, int json, int job_only)
 {
-    qinfo in;
-    int rc = qinfo_read(c, q, &in);
+    qview v;
+    int rc = view_read(x, &v);
     if (rc == 0) {
-        if (json)
-            print_json(&in, job_only);
-        else if (job_only)
-            print_job(&in);
-        else
-            print_info(&in);
+        if (json) {
+            print_json(&v, job_only);
+        } else if (job_only) {
+            print_job(&v.all);
+            print_partitions(&v, 1);
+        } else {
+            print_info(&v);
+        }
     }
-    qinfo_free(&in);
+    qview_free(&v);
     return rc;
 }
 
@@ -1151,66 +1975,81 @@ static void iso_time(long long ms, char *out, size_t n)
     snprintf(out + k, n - k, ".%03lldZ", ms % 1000);
 }
 
-static int cmd_dead(sluicei_conn *c, const char *q, const char *action)
+/* Lists the dead letters of every partition (ids are unique in the queue:
+ * they carry the global shard number), then requeues or purges them. */
+static int cmd_dead(ctl *x, const char *action)
 {
-    char k_dead[SLUICE_MAX_KEY], k_info[SLUICE_MAX_KEY], k_meta[SLUICE_MAX_KEY];
-    sluicei_key(k_dead, q, "dead");
-    sluicei_key(k_info, q, "deadinfo");
-    sluicei_key(k_meta, q, "meta");
-    long long exists;
-    if (count_cmd(c, "EXISTS", k_meta, NULL, &exists))
-        return EXIT_RUNTIME;
-    if (!exists) {
-        fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create %s)\n",
-                q, q);
-        return EXIT_RUNTIME;
-    }
-    const char *lr[4] = {"LRANGE", k_dead, "0", "-1"};
-    redisReply *ids = must(c, 4, lr);
-    if (!ids)
-        return EXIT_RUNTIME;
-    for (size_t i = 0; i < ids->elements; i++) {
-        const char *hg[3] = {"HGET", k_info, ids->element[i]->str};
-        redisReply *r = must(c, 3, hg);
-        if (!r) {
-            freeReplyObject(ids);
+    size_t total = 0;
+    for (int p = 0; p < nparts(x); p++) {
+        const char *q = pname(x, p);
+        char k_dead[SLUICE_MAX_KEY], k_info[SLUICE_MAX_KEY];
+        sluicei_key(k_dead, q, "dead");
+        sluicei_key(k_info, q, "deadinfo");
+        const char *lr[4] = {"LRANGE", k_dead, "0", "-1"};
+        redisReply *ids = must(x, q, 4, lr);
+        if (!ids)
             return EXIT_RUNTIME;
+        for (size_t i = 0; i < ids->elements; i++) {
+            const char *hg[3] = {"HGET", k_info, ids->element[i]->str};
+            redisReply *r = must(x, q, 3, hg);
+            if (!r) {
+                freeReplyObject(ids);
+                return EXIT_RUNTIME;
+            }
+            /* deadinfo: "size now_ms reason" */
+            long long size = 0, ms = -1;
+            int off = 0;
+            const char *reason = "";
+            if (r->type == REDIS_REPLY_STRING && sscanf(r->str, "%lld %lld %n", &size, &ms, &off) == 2)
+                reason = r->str + off;
+            char when[40];
+            iso_time(ms, when, sizeof when);
+            if (x->partitions)
+                printf("%s  %lld bytes  %s  partition %d  %s\n", ids->element[i]->str, size, when,
+                       p, reason);
+            else
+                printf("%s  %lld bytes  %s  %s\n", ids->element[i]->str, size, when, reason);
+            freeReplyObject(r);
         }
-        /* deadinfo: "size now_ms reason" */
-        long long size = 0, ms = -1;
-        int off = 0;
-        const char *reason = "";
-        if (r->type == REDIS_REPLY_STRING && sscanf(r->str, "%lld %lld %n", &size, &ms, &off) == 2)
-            reason = r->str + off;
-        char when[40];
-        iso_time(ms, when, sizeof when);
-        printf("%s  %lld bytes  %s  %s\n", ids->element[i]->str, size, when, reason);
-        freeReplyObject(r);
+        total += ids->elements;
+        freeReplyObject(ids);
     }
-    printf("%zu dead letter%s\n", ids->elements, ids->elements == 1 ? "" : "s");
-    freeReplyObject(ids);
+    printf("%zu dead letter%s\n", total, total == 1 ? "" : "s");
     if (!action)
         return 0;
-    redisReply *r;
-    if (run_script(c, SLUICEI_SCRIPT_DEADADMIN, q, 1, &action, &r))
-        return EXIT_RUNTIME;
-    printf("%s %lld dead letter%s\n", strcmp(action, "requeue") == 0 ? "requeued" : "purged",
-           r->integer, r->integer == 1 ? "" : "s");
-    freeReplyObject(r);
+    long long n = 0;
+    for (int p = 0; p < nparts(x); p++) {
+        redisReply *r;
+        if (run_script(x, SLUICEI_SCRIPT_DEADADMIN, pname(x, p), 1, &action, &r)) {
+            if (p > 0)
+                fprintf(stderr, "sluice-ctl: queue '%s': %s %lld dead letter%s of partitions "
+                        "0..%d before that\n", x->q,
+                        strcmp(action, "requeue") == 0 ? "requeued" : "purged", n,
+                        n == 1 ? "" : "s", p - 1);
+            return EXIT_RUNTIME;
+        }
+        n += r->integer;
+        freeReplyObject(r);
+    }
+    printf("%s %lld dead letter%s\n", strcmp(action, "requeue") == 0 ? "requeued" : "purged", n,
+           n == 1 ? "" : "s");
     return 0;
 }
 
-static int cmd_reap(sluicei_conn *c, const char *q)
+static int cmd_reap(ctl *x)
 {
-    char now[24];
-    snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000u);
-    const char *argv[1] = {now};
-    redisReply *r;
-    if (run_script(c, SLUICEI_SCRIPT_REAP, q, 1, argv, &r))
-        return EXIT_RUNTIME;
-    long long b = r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? num_of(r->element[0]) : 0;
-    long long t = r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? num_of(r->element[1]) : 0;
-    freeReplyObject(r);
+    long long b = 0, t = 0;
+    for (int p = 0; p < nparts(x); p++) {
+        char now[24];
+        snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000u);
+        const char *argv[1] = {now};
+        redisReply *r;
+        if (run_script(x, SLUICEI_SCRIPT_REAP, pname(x, p), 1, argv, &r))
+            return EXIT_RUNTIME;
+        b += r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? num_of(r->element[0]) : 0;
+        t += r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? num_of(r->element[1]) : 0;
+        freeReplyObject(r);
+    }
     printf("handed back %lld batch%s of consumers whose lease expired; returned %lld task%s "
            "of producers whose lease expired\n",
            b, b == 1 ? "" : "es", t, t == 1 ? "" : "s");
@@ -1523,9 +2362,31 @@ static void stat_job_text(FILE *f, const qinfo *in)
         fprintf(f, "  (epochs %lld..%lld to come)\n", hi, in->epochs - 1);
 }
 
-/* One snapshot as text. */
-static void stat_text(FILE *f, const qinfo *in, const stat_hist *h, const stat_opts *o)
+/* One line per partition of a partitioned queue: its node, what it holds
+ * against its budgets. */
+static void stat_partitions_text(FILE *f, const qview *v)
 {
+    if (!v->partitions)
+        return;
+    fprintf(f, "partitions %d\n", v->partitions);
+    for (int p = 0; p < v->partitions; p++) {
+        const qinfo *in = &v->part[p];
+        long long maxn = hnum(in->meta, "max_batches"), maxb = hnum(in->meta, "max_bytes");
+        char b1[32], b2[32];
+        fmt_bytes(b1, sizeof b1, (double)in->bytes);
+        fmt_bytes(b2, sizeof b2, (double)maxb);
+        fprintf(f, "  %d  %s  batches %lld/%lld (%.0f%%)  bytes %s/%s (%.0f%%)  ready %lld"
+                "  delivered %lld  dead %lld\n", p, v->node[p], in->held, maxn,
+                maxn > 0 ? 100.0 * (double)in->held / (double)maxn : 0.0, b1, b2,
+                maxb > 0 ? 100.0 * (double)in->bytes / (double)maxb : 0.0, in->ready,
+                in->pending, in->dead);
+    }
+}
+
+/* One snapshot as text. */
+static void stat_text(FILE *f, const qview *v, const stat_hist *h, const stat_opts *o)
+{
+    const qinfo *in = &v->all;
     char when[40], b1[32], b2[32], r1[32], r2[32], r3[32], r4[32];
     iso_time((long long)(sluicei_wall_us() / 1000u), when, sizeof when);
     fprintf(f, "queue '%s'  %s", in->q, when);
@@ -1542,6 +2403,7 @@ static void stat_text(FILE *f, const qinfo *in, const stat_hist *h, const stat_o
     fprintf(f, "bytes      ");
     put_bar(f, in->bytes, maxb);
     fprintf(f, " %s/%s\n", b1, b2);
+    stat_partitions_text(f, v);
     fmt_rate(r1, sizeof r1, h->push_rate, 0);
     fmt_rate(r2, sizeof r2, h->push_bps, 1);
     fmt_rate(r3, sizeof r3, h->ack_rate, 0);
@@ -1582,8 +2444,9 @@ static void jw_num_or_null(jw *w, const char *key, double v)
 }
 
 /* One snapshot as one JSON object on one line. */
-static void stat_json(const qinfo *in, const stat_hist *h)
+static void stat_json(const qview *v, const stat_hist *h)
 {
+    const qinfo *in = &v->all;
     jw w = {0};
     jw_open(&w, NULL, '{');
     jw_str(&w, "queue", in->q);
@@ -1617,6 +2480,7 @@ static void stat_json(const qinfo *in, const stat_hist *h)
         jw_close(&w, '}');
     }
     jw_close(&w, '}');
+    jw_partitions(&w, v);
     jw_close(&w, '}');
     putchar('\n');
 }
@@ -1648,7 +2512,7 @@ static void stat_sleep(long long ms)
  * one object a line). A failed read ends a single snapshot with an error;
  * while watching, the view keeps trying (reconnecting) after it worked
  * once. */
-static int cmd_stat(sluicei_conn *c, const char *q, const stat_opts *o)
+static int cmd_stat(ctl *x, const stat_opts *o)
 {
     if (o->watch) {
         struct sigaction sa;
@@ -1660,47 +2524,47 @@ static int cmd_stat(sluicei_conn *c, const char *q, const stat_opts *o)
     }
     int tty = o->watch && !o->json && isatty(STDOUT_FILENO);
     stat_hist h = {.push_rate = -1, .ack_rate = -1, .push_bps = -1, .ack_bps = -1};
-    int rc = 0, shown = 0;
+    int rc = 0, shown = 0, failed = 0;
     while (!stop_requested) {
-        if (!c->ctx && sluicei_conn_reconnect(c, sluicei_now_ms() + 2000, NULL) != SLUICE_OK) {
-            fprintf(stderr, "sluice-ctl: %s\n", c->errstr);
-        } else {
-            qinfo in;
-            int r = qinfo_read(c, q, &in);
-            if (r == 0 && hist_update(&h, &in, sluicei_now_ms()) != 0) {
+        qview v;
+        memset(&v, 0, sizeof v);
+        int r = failed ? ctl_discover(x) : 0;
+        if (r == 0)
+            r = view_read(x, &v);
+        if (r == 0 && hist_update(&h, &v.all, sluicei_now_ms()) != 0) {
+            fprintf(stderr, "sluice-ctl: out of memory\n");
+            r = EXIT_RUNTIME;
+        }
+        if (r == 0 && o->json) {
+            stat_json(&v, &h);
+        } else if (r == 0) {
+            char *text = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&text, &len);
+            if (f) {
+                stat_text(f, &v, &h, o);
+                fclose(f);
+            }
+            if (!f || !text) {
                 fprintf(stderr, "sluice-ctl: out of memory\n");
                 r = EXIT_RUNTIME;
+            } else if (tty) {
+                put_frame(text, len, !shown);
+            } else {
+                if (shown)
+                    putchar('\n');
+                fwrite(text, 1, len, stdout);
             }
-            if (r == 0 && o->json) {
-                stat_json(&in, &h);
-            } else if (r == 0) {
-                char *text = NULL;
-                size_t len = 0;
-                FILE *f = open_memstream(&text, &len);
-                if (f) {
-                    stat_text(f, &in, &h, o);
-                    fclose(f);
-                }
-                if (!f || !text) {
-                    fprintf(stderr, "sluice-ctl: out of memory\n");
-                    r = EXIT_RUNTIME;
-                } else if (tty) {
-                    put_frame(text, len, !shown);
-                } else {
-                    if (shown)
-                        putchar('\n');
-                    fwrite(text, 1, len, stdout);
-                }
-                free(text);
-            }
-            qinfo_free(&in);
-            fflush(stdout);
-            if (r == 0)
-                shown++;
-            if (r != 0 && (!o->watch || !shown)) {
-                rc = r;
-                break;
-            }
+            free(text);
+        }
+        qview_free(&v);
+        fflush(stdout);
+        if (r == 0)
+            shown++;
+        failed = r != 0;
+        if (r != 0 && (!o->watch || !shown)) {
+            rc = r;
+            break;
         }
         if (!o->watch)
             break;
@@ -1836,9 +2700,58 @@ static const struct {
      "Tasks taken back from producers whose lease expired."},
 };
 
-/* Everything sluice-ctl metrics serves, from one snapshot. */
-static void queue_metrics(sluicei_mtext *t, const qinfo *in)
+/* Per partition of a partitioned queue: what it holds against its
+ * budgets (families of their own, so that sums over the queue's series
+ * do not count anything twice). */
+static void partition_metrics(sluicei_mtext *t, const qview *v)
 {
+    const struct {
+        const char *name, *help;
+        size_t off;       /* in qinfo; -1: from meta */
+        const char *meta;
+    } gauges[] = {
+        {"sluice_partition_depth_batches",
+         "Batches the partition holds (queued or delivered, not yet acknowledged).",
+         offsetof(qinfo, held), NULL},
+        {"sluice_partition_max_batches", "The partition's batch budget.", (size_t)-1,
+         "max_batches"},
+        {"sluice_partition_bytes", "Frame bytes the partition holds.", offsetof(qinfo, bytes),
+         NULL},
+        {"sluice_partition_max_bytes", "The partition's byte budget.", (size_t)-1, "max_bytes"},
+        {"sluice_partition_ready_batches", "Batches of the partition waiting to be taken.",
+         offsetof(qinfo, ready), NULL},
+        {"sluice_partition_delivered_batches",
+         "Batches of the partition delivered to consumers and not acknowledged yet.",
+         offsetof(qinfo, pending), NULL},
+        {"sluice_partition_dead_letters", "Batches in the partition's dead-letter list now.",
+         offsetof(qinfo, dead), NULL},
+    };
+    if (!v->partitions)
+        return;
+    sluicei_mtext_family(t, "sluice_queue_partitions", "gauge", "Partitions of the queue.");
+    const char *const ql[] = {"queue", v->all.q, NULL};
+    sluicei_mtext_sample(t, "sluice_queue_partitions", ql, v->partitions);
+    for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
+        sluicei_mtext_family(t, gauges[g].name, "gauge", gauges[g].help);
+        for (int p = 0; p < v->partitions; p++) {
+            const qinfo *in = &v->part[p];
+            char ps[16];
+            long long val;
+            snprintf(ps, sizeof ps, "%d", p);
+            const char *const l[] = {"queue", v->all.q, "partition", ps, NULL};
+            if (gauges[g].meta)
+                val = hnum(in->meta, gauges[g].meta);
+            else
+                memcpy(&val, (const char *)in + gauges[g].off, sizeof val);
+            sluicei_mtext_sample(t, gauges[g].name, l, (double)val);
+        }
+    }
+}
+
+/* Everything sluice-ctl metrics serves, from one snapshot. */
+static void queue_metrics(sluicei_mtext *t, const qview *v)
+{
+    const qinfo *in = &v->all;
     const char *const lab[] = {"queue", in->q, NULL};
     const struct {
         const char *name, *help;
@@ -1929,12 +2842,13 @@ static void queue_metrics(sluicei_mtext *t, const qinfo *in)
     }
     peers_metrics(t, in, 1);
     peers_metrics(t, in, 0);
+    partition_metrics(t, v);
 }
 
-/* State of sluice-ctl metrics. The refresher thread alone uses c; the
- * server thread only copies text under lock. */
+/* State of sluice-ctl metrics. The refresher thread alone uses x (and
+ * its router); the server thread only copies text under lock. */
 typedef struct ctl_metrics {
-    sluicei_conn *c;
+    ctl *x;
     const char *q;
     pthread_mutex_t lock;
     sluicei_mtext text;          /* the last snapshot's exposition; guarded by lock */
@@ -1955,16 +2869,14 @@ static void ctl_metrics_refresh(void *arg)
     if (m->failing && now < m->next_try_ms)
         return;
     sluicei_mtext t = {0};
-    int ok = 0;
-    if (!m->c->ctx && sluicei_conn_reconnect(m->c, now + 2000, NULL) != SLUICE_OK) {
-        fprintf(stderr, "sluice-ctl: metrics: %s\n", m->c->errstr);
-    } else {
-        qinfo in;
-        ok = qinfo_read(m->c, m->q, &in) == 0;
-        if (ok)
-            queue_metrics(&t, &in);
-        qinfo_free(&in);
-    }
+    qview v;
+    memset(&v, 0, sizeof v);
+    /* After a failed read, look at the queue again: it may have been
+     * deleted and created anew. */
+    int ok = (!m->failing || ctl_discover(m->x) == 0) && view_read(m->x, &v) == 0;
+    if (ok)
+        queue_metrics(&t, &v);
+    qview_free(&v);
     if (!ok) {
         const char *const lab[] = {"queue", m->q, NULL};
         sluicei_mtext_free(&t);
@@ -2003,9 +2915,10 @@ static void ctl_metrics_render(sluicei_mtext *out, void *arg)
  * before anything listens), then serves /metrics and /healthz on addr,
  * refreshed every interval_ms by a thread with this connection, until
  * SIGINT or SIGTERM. */
-static int cmd_metrics(sluicei_conn *c, const char *q, const char *addr, long long interval_ms)
+static int cmd_metrics(ctl *x, const char *addr, long long interval_ms)
 {
-    ctl_metrics m = {.c = c, .q = q};
+    const char *q = x->q;
+    ctl_metrics m = {.x = x, .q = q};
     pthread_mutex_init(&m.lock, NULL);
     int rc = EXIT_RUNTIME;
     sluicei_metrics *srv = NULL;
@@ -2111,6 +3024,13 @@ static int parse_metrics(int argc, char **argv, const char **addr, long long *in
 
 #define COMMANDS "create, delete, info, jobs, stat, metrics, submit, dead, reap, script"
 
+/* How long a command is sent again after a lost connection or a redirect
+ * (a list of servers, a cluster): long enough for a failover. A live view
+ * and the metrics thread rather show the failure and try again at the
+ * next refresh. */
+#define RETRY_MS 30000
+#define RETRY_MS_LIVE 2000
+
 int main(int argc, char **argv)
 {
     const char *url = getenv("SLUICE_REDIS_URL");
@@ -2173,7 +3093,7 @@ int main(int argc, char **argv)
     const char *metrics_addr = NULL;
     long long metrics_interval = 0;
     if (strcmp(cmd, "create") == 0) {
-        if (parse_create(argc - optind, argv + optind, &co))
+        if (parse_create(argc - optind, argv + optind, &co) || check_create_name(q, &co))
             return EXIT_USAGE;
     } else if (strcmp(cmd, "stat") == 0) {
         if (parse_stat(argc - optind, argv + optind, &sto))
@@ -2184,6 +3104,10 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "submit") == 0) {
         if (parse_submit(argc - optind, argv + optind, &so))
             return EXIT_USAGE;
+        /* A job of one partition alone would leave the others without. */
+        if (strchr(q, '#'))
+            return usage_error("submit: '%s' is a partition; submit to its queue (the name "
+                               "before '#')", q);
     } else {
         for (; optind < argc; optind++) {
             const char *a = argv[optind];
@@ -2212,31 +3136,46 @@ int main(int argc, char **argv)
         }
     }
 
-    sluicei_conn *c = NULL;
-    sluice_err e = sluicei_conn_open(&c, url, 0, 0, err, sizeof err);
+    sluicei_router *r = NULL;
+    sluice_err e = sluicei_router_open(&r, url, 0, 0, err, sizeof err);
     if (e != SLUICE_OK) {
         fprintf(stderr, "sluice-ctl: %s\n", err);
         sluicei_shards_free(shards, nshards);
         return e == SLUICE_ERR_INVALID ? EXIT_USAGE : EXIT_RUNTIME;
     }
-    int rc;
-    if (strcmp(cmd, "create") == 0)
-        rc = cmd_create(c, q, &co);
+    int live = (strcmp(cmd, "stat") == 0 && sto.watch) || strcmp(cmd, "metrics") == 0;
+    ctl x = {.r = r, .q = q};
+    /* One server: one attempt per command, as a plain connection; the
+     * next command (the next refresh) connects again. Many: long enough
+     * for a failover or a slot migration to finish. */
+    x.retry_ms = sluicei_router_kind_of(r) == SLUICEI_ROUTER_SINGLE ? 0
+                 : live ? RETRY_MS_LIVE : RETRY_MS;
+    /* Connecting first makes a wrong address or password one clear line. */
+    sluicei_conn *c = NULL;
+    e = sluicei_router_conn(r, q, &c, err, sizeof err);
+    int rc = EXIT_RUNTIME;
+    if (e != SLUICE_OK)
+        fprintf(stderr, "sluice-ctl: %s\n", err);
+    else if (strcmp(cmd, "create") == 0)
+        rc = ctl_set_partitions(&x, (int)co.partitions) ? EXIT_RUNTIME : cmd_create(&x, &co);
+    else if ((rc = ctl_discover(&x)) != 0)
+        ;
     else if (strcmp(cmd, "delete") == 0)
-        rc = cmd_delete(c, q);
+        rc = cmd_delete(&x);
     else if (strcmp(cmd, "submit") == 0)
-        rc = cmd_submit(c, q, &so, shards, nshards);
+        rc = cmd_submit(&x, &so, shards, nshards);
     else if (strcmp(cmd, "dead") == 0)
-        rc = cmd_dead(c, q, dead_action);
+        rc = cmd_dead(&x, dead_action);
     else if (strcmp(cmd, "reap") == 0)
-        rc = cmd_reap(c, q);
+        rc = cmd_reap(&x);
     else if (strcmp(cmd, "stat") == 0)
-        rc = cmd_stat(c, q, &sto);
+        rc = cmd_stat(&x, &sto);
     else if (strcmp(cmd, "metrics") == 0)
-        rc = cmd_metrics(c, q, metrics_addr, metrics_interval);
+        rc = cmd_metrics(&x, metrics_addr, metrics_interval);
     else
-        rc = cmd_info(c, q, json, strcmp(cmd, "jobs") == 0);
-    sluicei_conn_close(c);
+        rc = cmd_info(&x, json, strcmp(cmd, "jobs") == 0);
+    free(x.names);
+    sluicei_router_close(r);
     sluicei_shards_free(shards, nshards);
     return rc;
 }
