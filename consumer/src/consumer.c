@@ -37,9 +37,34 @@
  * BLMOVE) shows the marker eof:<e>; it then stops fetching, reads the job's
  * number of epochs, and publishes "at marker". next() returns SLUICE_EOF
  * once the batches before the marker are gone and tells the loop to start
- * e+1, so no batch of e+1 is ever fetched before the EOF of e. */
+ * e+1, so no batch of e+1 is ever fetched before the EOF of e.
+ *
+ * Partitioned queues. A queue Q of P partitions is P complete queues
+ * "Q#0".."Q#P-1" (cluster.h), possibly on different Redis nodes. open()
+ * then returns a group: a sluice_consumer without a loop of its own that
+ * holds one child consumer per partition, each exactly the consumer
+ * described above (own thread, connections, prefetch, epochs). The
+ * children use the group's mutex and condition variable (`top`), so every
+ * signal a child sends wakes the group's next(), which takes from the home
+ * partition first and then from the others in turn. A child that returned
+ * the end of the group's epoch is not asked again until every child has:
+ * then the group returns one SLUICE_EOF. A batch points to its child, so
+ * release() does not know about groups.
+ *
+ * Redis Cluster and lists of servers. A consumer whose address is not a
+ * single server keeps it (route_addr): after a failed session its loop
+ * asks a router of its own (cluster.h) which node serves its queue now,
+ * so a failover or a migrated slot is followed by reconnecting. A reply
+ * that says the data is elsewhere or about to be (MOVED, ASK, TRYAGAIN,
+ * ...: sluicei_cluster_retryable) ends the session like a lost
+ * connection; nothing is fatal about it, and no batch goes to the dead
+ * letters for it. When the node has replicas to wait for
+ * (url.wait_replicas), a WAIT follows every write of the data operation
+ * that moves batches to this consumer, before their GETs; a periodic ROLE
+ * keeps it from waiting for replicas that are not connected. */
 #include <sluice/consumer.h>
 
+#include "cluster.h"
 #include "conn.h"
 #include "proto.h"
 #include "wire.h"
@@ -117,6 +142,8 @@ enum req_kind {
     R_BEAT,
     R_REAP,
     R_UNBLOCK,
+    R_WAIT,       /* WAIT behind a take, BLMOVE or claim */
+    R_ROLE,       /* ROLE: the replicas a WAIT can count on */
 };
 
 typedef struct slot {
@@ -146,7 +173,8 @@ typedef struct req {
     int kind, conn;
     int in_op;         /* part of the current data operation */
     int item;          /* R_CLAIM, R_FRAME: index into c->items; -1: none */
-    int nitems;        /* R_FRAME: items item.. fetched (MGET when more than one) */
+    int nitems;        /* R_FRAME: items item.. fetched (MGET when more than one);
+                          R_SETUP of SCRIPT LOAD: the script */
     char id[RID_MAX];  /* R_SETUP: the step's name */
     struct idbuf *ids; /* R_ACK: the ids acknowledged (owned) */
     size_t nids;
@@ -165,13 +193,22 @@ struct sluice_consumer {
     size_t max_batch_bytes;
     int connect_timeout_ms, reconnect_timeout_ms;
     int64_t lease_ms;
-    sluicei_url url;
-    char addr[256];            /* printable address, for messages */
-    char sha[SLUICEI_SCRIPT_COUNT][41];
+    char *route_addr;          /* cluster or list address the node is found from; NULL:
+                                  one server, url is all there is */
+    int cluster;               /* route_addr is a Redis Cluster's */
+    /* The group whose mu, cv, waiting and note serve this consumer: itself,
+     * unless it is a child of a partitioned queue's group. */
+    struct sluice_consumer *top;
 
-    /* ---- shared between the threads: under mu ---- */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+    /* ---- a group (nparts > 0): fixed at open, but rr and wakes (API thread) ---- */
+    struct sluice_consumer **part; /* the children, partition p at part[p] */
+    int nparts;
+    int home, rr;              /* the home partition; the next other one to ask first */
+    int *wakes;                /* children to wake once next() unlocks (nparts entries) */
+
+    /* ---- shared between the threads: under top->mu ---- */
+    pthread_mutex_t mu;        /* of top only */
+    pthread_cond_t cv;         /* of top only */
     slot *fifo;                /* ring of prefetch slots */
     int fifo_head, fifo_len;
     slot *out;                 /* held by the caller (explicit acks only) */
@@ -183,12 +220,12 @@ struct sluice_consumer {
     int advance_req, finished, closing;
     int want_room, wake_pending;
     int parked;                /* the loop only works when woken (see pump()) */
-    int waiting;               /* next() is waiting on cv for a batch */
+    int waiting;               /* top: next() is waiting on cv for a batch */
     int low_water;             /* fifo_len at which a waiting loop is woken */
     sluice_err fatal;
     char fatal_msg[512];
-    char note[512];            /* the last frame sent to the dead letters */
-    uint64_t note_seq;
+    char note[512];            /* top: the last frame sent to the dead letters */
+    uint64_t note_seq;         /* top */
     int64_t down_since_ms;     /* 0 while a session is up */
     char down_why[512];
     sluice_consumer_stats st;
@@ -200,6 +237,11 @@ struct sluice_consumer {
     pthread_t thread;
 
     /* ---- loop thread only (after open) ---- */
+    sluicei_url url;           /* of the node serving the queue */
+    char addr[256];            /* its printable form, for messages */
+    char sha[SLUICEI_SCRIPT_COUNT][41];
+    sluicei_router *router;    /* route_addr's, opened at the first failed session */
+    int resolve;               /* the next session finds the node anew */
     struct event_base *base;
     struct event *wake_ev, *tick_ev, *retry_ev, *oom_ev, *notify_ev;
     int notify_armed;          /* notify_ev is active: batches await a signal */
@@ -227,14 +269,31 @@ struct sluice_consumer {
     int dups_cur;
     unsigned attempt;
     uint64_t rng;
-    int64_t next_beat_ms, next_reap_ms;
-    int beat_inflight, reap_inflight;
+    int64_t next_beat_ms, next_reap_ms, next_role_ms;
+    int beat_inflight, reap_inflight, role_inflight;
+    int wait_now;              /* replicas each WAIT asks for: url.wait_replicas, but
+                                  no more than the node has connected (ROLE) */
     int unblock_sent, requeue_sent;
     int64_t close_deadline_ms; /* set once the loop saw close(): it is closing */
 };
 
 static void pump(sluice_consumer *c);
 static void session_start(sluice_consumer *c);
+
+static void mu_lock(sluice_consumer *c)
+{
+    pthread_mutex_lock(&c->top->mu);
+}
+
+static void mu_unlock(sluice_consumer *c)
+{
+    pthread_mutex_unlock(&c->top->mu);
+}
+
+static void cv_broadcast(sluice_consumer *c)
+{
+    pthread_cond_broadcast(&c->top->cv);
+}
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -422,7 +481,7 @@ static void dups_reset(sluice_consumer *c)
  * credentials were refused, Redis answers nonsense). */
 static void set_fatal(sluice_consumer *c, sluice_err e, const char *fmt, ...)
 {
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     if (c->fatal == SLUICE_OK) {
         va_list ap;
         va_start(ap, fmt);
@@ -430,8 +489,8 @@ static void set_fatal(sluice_consumer *c, sluice_err e, const char *fmt, ...)
         va_end(ap);
         c->fatal = e;
     }
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    cv_broadcast(c);
+    mu_unlock(c);
 }
 
 /* Whether the loop must be woken (the caller holds mu): at most one
@@ -503,21 +562,23 @@ static void session_fail(sluice_consumer *c, const char *fmt, ...)
     c->op = OP_NONE;
     c->op_left = 0;
     c->unblock_sent = c->requeue_sent = 0;
-    c->beat_inflight = c->reap_inflight = 0;
+    c->beat_inflight = c->reap_inflight = c->role_inflight = 0;
     c->oom_wait = 0;
     evtimer_del(c->oom_ev);
     /* A marker seen but not yet announced is seen again by the next take. */
     if (!c->marker_published)
         c->stopped_at_marker = 0;
     c->nrecover = 0;
+    /* The node may have changed (failover, migrated slot, MOVED). */
+    c->resolve = c->route_addr != NULL;
 
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     if (c->down_since_ms == 0)
         c->down_since_ms = sluicei_now_ms();
     snprintf(c->down_why, sizeof c->down_why, "%s", why);
     int closing = c->closing, fatal = c->fatal != SLUICE_OK;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    cv_broadcast(c);
+    mu_unlock(c);
 
     if (fatal) {
         if (closing)
@@ -561,6 +622,21 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 }
 
 static void handle(sluice_consumer *c, req *q, redisReply *r);
+static void set_fatal(sluice_consumer *c, sluice_err e, const char *fmt, ...);
+
+/* MOVED or ASK from a server not addressed as a cluster node: the address
+ * is wrong, and no retry mends it (a cluster's are followed by the next
+ * session). */
+static int wrong_address(sluice_consumer *c, const redisReply *r)
+{
+    if (c->cluster || r->type != REDIS_REPLY_ERROR ||
+        !(starts_with(r->str, r->len, "MOVED ") || starts_with(r->str, r->len, "ASK ")))
+        return 0;
+    set_fatal(c, SLUICE_ERR_INVALID, "redis %s: %s (the server is a Redis Cluster node: use a "
+              "redis+cluster:// address)", c->addr, r->str);
+    session_fail(c, "redis %s: %s", c->addr, r->str);
+    return 1;
+}
 
 static void req_free(req *q)
 {
@@ -585,7 +661,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
             session_fail(c, "redis %s: connection lost: %s", c->addr,
                          ac->err ? ac->errstr : "no reply");
         } else {
-            handle(c, q, reply);
+            if (!wrong_address(c, reply))
+                handle(c, q, reply);
             if (q->gen == c->gen) {
                 if (q->in_op && --c->op_left == 0) {
                     c->op = OP_NONE;
@@ -728,13 +805,18 @@ static int send_dead(sluice_consumer *c, const char *rid, size_t len, const char
 {
     char now[24], idq[RID_MAX];
     snprintf(now, sizeof now, "%" PRId64, wall_ms());
-    pthread_mutex_lock(&c->mu);
+    sluice_consumer *t = c->top;
+    mu_lock(c);
     c->st.invalid++;
     copy_id(idq, rid, len < RID_MAX - 1 ? len : RID_MAX - 1);
-    snprintf(c->note, sizeof c->note, "batch %.64s%s: %s", idq, len >= RID_MAX - 1 ? "..." : "",
-             reason);
-    c->note_seq++;
-    pthread_mutex_unlock(&c->mu);
+    if (t == c)
+        snprintf(t->note, sizeof t->note, "batch %.64s%s: %s", idq,
+                 len >= RID_MAX - 1 ? "..." : "", reason);
+    else   /* a partition's: its dead letters are that queue's */
+        snprintf(t->note, sizeof t->note, "batch %.64s%s of %s: %s", idq,
+                 len >= RID_MAX - 1 ? "..." : "", c->queue, reason);
+    t->note_seq++;
+    mu_unlock(c);
     const char *argv[4] = {c->id, rid, reason, now};
     size_t lens[4 + 4];
     const char *av[8] = {"EVALSHA", c->sha[SLUICEI_SCRIPT_DEAD], "1", c->k_meta,
@@ -745,11 +827,15 @@ static int send_dead(sluice_consumer *c, const char *rid, size_t len, const char
     return send_argv(c, CONN_DATA, new_req(R_DEAD, -1), 1, 8, av, lens);
 }
 
-static void send_setup(sluice_consumer *c, int conn, int argc, const char **argv, const char *step)
+/* A setup command; script is the script a SCRIPT LOAD loads (else -1). */
+static void send_setup(sluice_consumer *c, int conn, int argc, const char **argv, const char *step,
+                       int script)
 {
     req *q = new_req(strcmp(step, "CLIENT ID") == 0 ? R_CLIENT_ID : R_SETUP, -1);
-    if (q)
+    if (q) {
         snprintf(q->id, sizeof q->id, "%s", step);
+        q->nitems = script;
+    }
     if (send_argv(c, conn, q, 0, argc, argv, NULL) == 0)
         c->setup_left++;
 }
@@ -758,6 +844,41 @@ static const sluicei_script_id used_scripts[] = {
     SLUICEI_SCRIPT_TAKE,    SLUICEI_SCRIPT_CLAIM, SLUICEI_SCRIPT_ACK,  SLUICEI_SCRIPT_REQUEUE,
     SLUICEI_SCRIPT_REAP,    SLUICEI_SCRIPT_BEAT,  SLUICEI_SCRIPT_DEAD,
 };
+
+/* Points url at the node that serves the queue now, from a slot map read
+ * again (a router of this thread's own, opened the first time). This is a
+ * synchronous call in the loop, bounded by the connect timeout per seed;
+ * it only happens while the session is down, when the loop has nothing
+ * else to send. Returns -1 when the session failed. */
+static int resolve_node(sluice_consumer *c)
+{
+    char err[256] = "";
+    sluice_err e = SLUICE_OK;
+    int fresh = 0;
+    if (!c->router) {
+        e = sluicei_router_open(&c->router, c->route_addr, c->connect_timeout_ms,
+                                c->connect_timeout_ms, err, sizeof err);
+        if (e != SLUICE_OK)
+            c->router = NULL;
+        fresh = 1;
+    }
+    sluicei_url u;
+    memset(&u, 0, sizeof u);
+    if (e == SLUICE_OK)
+        e = sluicei_router_url(c->router, c->queue, !fresh, &u, err, sizeof err);
+    if (e != SLUICE_OK) {
+        if (e == SLUICE_ERR_AUTH)
+            set_fatal(c, SLUICE_ERR_AUTH, "redis %s: authentication failed: %s", c->addr, err);
+        session_fail(c, "redis %s: finding the node of queue '%s': %s", c->addr, c->queue,
+                     err[0] ? err : sluice_strerror(e));
+        return -1;
+    }
+    sluicei_url_free(&c->url);
+    c->url = u;
+    sluicei_url_describe(&c->url, c->addr, sizeof c->addr);
+    c->resolve = 0;
+    return 0;
+}
 
 /* Starts a session: two non-blocking connects, and the setup commands
  * queued behind them (hiredis sends them once connected). Scripts are
@@ -769,6 +890,8 @@ static void session_start(sluice_consumer *c)
     c->conn_started_ms = sluicei_now_ms();
     c->setup_left = 0;
     c->data_client_id = 0;
+    if (c->resolve && resolve_node(c) != 0)
+        return;
     for (int i = 0; i < 2; i++) {
         redisAsyncContext *ac = c->url.unix_path ? redisAsyncConnectUnix(c->url.unix_path)
                                                  : redisAsyncConnect(c->url.host, c->url.port);
@@ -797,22 +920,22 @@ static void session_start(sluice_consumer *c)
         if (c->url.password) {
             const char *a3[3] = {"AUTH", c->url.user, c->url.password};
             const char *a2[2] = {"AUTH", c->url.password};
-            send_setup(c, i, c->url.user ? 3 : 2, c->url.user ? a3 : a2, "AUTH");
+            send_setup(c, i, c->url.user ? 3 : 2, c->url.user ? a3 : a2, "AUTH", -1);
         }
         if (c->url.db && gen == c->gen) {
             char db[16];
             snprintf(db, sizeof db, "%d", c->url.db);
             const char *av[2] = {"SELECT", db};
-            send_setup(c, i, 2, av, "SELECT");
+            send_setup(c, i, 2, av, "SELECT", -1);
         }
     }
     if (gen == c->gen) {
         const char *av[2] = {"CLIENT", "ID"};
-        send_setup(c, CONN_DATA, 2, av, "CLIENT ID");
+        send_setup(c, CONN_DATA, 2, av, "CLIENT ID", -1);
     }
     for (size_t i = 0; i < sizeof used_scripts / sizeof used_scripts[0] && gen == c->gen; i++) {
         const char *av[3] = {"SCRIPT", "LOAD", sluicei_script_source(used_scripts[i])};
-        send_setup(c, CONN_CTL, 3, av, "SCRIPT LOAD");
+        send_setup(c, CONN_CTL, 3, av, "SCRIPT LOAD", (int)used_scripts[i]);
     }
 }
 
@@ -829,10 +952,10 @@ static void send_beat(sluice_consumer *c)
 {
     sluice_consumer_stats st;
     uint32_t ep;
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     st = c->st;
     ep = c->epoch;
-    pthread_mutex_unlock(&c->mu);
+    mu_unlock(c);
     char now[24], v[11][24];
     const char *names[11] = {"batches", "records",    "bytes",      "redelivered",
                              "duplicates", "padding", "invalid",    "reconnects",
@@ -877,14 +1000,14 @@ static void session_ready(sluice_consumer *c)
 {
     c->state = ST_READY;
     c->attempt = 0;
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     if (c->ever_ready)
         c->st.reconnects++;
     c->down_since_ms = 0;
     c->down_why[0] = '\0';
     int closing = c->closing;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    cv_broadcast(c);
+    mu_unlock(c);
     c->ever_ready = 1;
     c->need_resync = !closing;
     c->list_empty = 0;
@@ -895,6 +1018,8 @@ static void session_ready(sluice_consumer *c)
     int64_t now = sluicei_now_ms();
     c->next_beat_ms = now;
     c->next_reap_ms = now + reap_period(c);
+    c->wait_now = c->url.wait_replicas;
+    c->next_role_ms = now;
     pump(c);
 }
 
@@ -904,8 +1029,10 @@ static void handle_setup(sluice_consumer *c, req *q, redisReply *r)
 {
     if (r->type == REDIS_REPLY_ERROR) {
         const char *m = r->str;
-        if (strcmp(q->id, "AUTH") == 0 || starts_with(m, r->len, "NOAUTH") ||
-            starts_with(m, r->len, "WRONGPASS") || starts_with(m, r->len, "NOPERM")) {
+        if (sluicei_cluster_retryable(m, r->len)) {
+            ;   /* a node in a passing state (LOADING, CLUSTERDOWN...) */
+        } else if (strcmp(q->id, "AUTH") == 0 || starts_with(m, r->len, "NOAUTH") ||
+                   starts_with(m, r->len, "WRONGPASS") || starts_with(m, r->len, "NOPERM")) {
             set_fatal(c, SLUICE_ERR_AUTH, "redis %s: authentication failed: %s", c->addr, m);
         } else if (strcmp(q->id, "SELECT") == 0 && !starts_with(m, r->len, "LOADING")) {
             set_fatal(c, SLUICE_ERR_INVALID, "redis %s: SELECT: %s", c->addr, m);
@@ -916,6 +1043,10 @@ static void handle_setup(sluice_consumer *c, req *q, redisReply *r)
     }
     if (q->kind == R_CLIENT_ID && r->type == REDIS_REPLY_INTEGER)
         c->data_client_id = r->integer;
+    /* The SHA1s come from the node itself (open() may not have asked one). */
+    if (q->nitems >= 0 && q->nitems < SLUICEI_SCRIPT_COUNT && r->type == REDIS_REPLY_STRING &&
+        r->len == 40)
+        copy_id(c->sha[q->nitems], r->str, r->len);
     if (--c->setup_left == 0 && c->state == ST_CONNECTING)
         session_ready(c);
 }
@@ -926,7 +1057,12 @@ static int script_error(sluice_consumer *c, const char *what, redisReply *r)
 {
     if (r->type != REDIS_REPLY_ERROR)
         return 0;
-    if (is_err(r, "NOSCRIPT")) {
+    if (sluicei_cluster_retryable(r->str, r->len)) {
+        /* The queue's slot is elsewhere or moving: the next session finds
+         * its node again and sends the same call (scripts write nothing
+         * before such an error). */
+        session_fail(c, "redis %s: %s: %s", c->addr, what, r->str);
+    } else if (is_err(r, "NOSCRIPT")) {
         /* SCRIPT FLUSH on the server: a new session loads them again. */
         session_fail(c, "redis %s: %s: %s", c->addr, what, r->str);
     } else if (sluicei_reply_error_code(r) == SLUICE_ERR_NOQUEUE) {
@@ -979,12 +1115,37 @@ static int fetch_items(sluice_consumer *c, int from, int n)
 }
 
 /* At most once: acknowledges items[0..n) right behind their GETs (one
- * script call), so that the batches are gone from Redis on arrival. */
+ * script call), so that the batches are gone from Redis on arrival. Until
+ * the reply confirms it, the ack counts as unconfirmed: a session that
+ * ends first sends it again, and its ids are not fetched a second time
+ * from pending:<cid>. */
 static int ack_fetched(sluice_consumer *c, int n)
 {
     if (c->ack_mode != SLUICE_ACK_NONE || n == 0)
         return 0;
-    return send_acks(c, CONN_DATA, R_ACK_QUIET, 1, c->items[0].rid, sizeof *c->items, (size_t)n);
+    if (grow((void **)&c->unconf, &c->unconf_cap, c->nunconf + (size_t)n, sizeof *c->unconf))
+        return send_acks(c, CONN_DATA, R_ACK_QUIET, 1, c->items[0].rid, sizeof *c->items,
+                         (size_t)n);
+    for (int i = 0; i < n; i++)
+        memcpy(c->unconf[c->nunconf++].s, c->items[i].rid, RID_MAX);
+    return send_acks(c, CONN_DATA, R_ACK, 1, c->items[0].rid, sizeof *c->items, (size_t)n);
+}
+
+/* When the node has replicas to wait for: WAIT right behind a take,
+ * BLMOVE or claim, as part of the same data operation. The GETs sent
+ * after it on this connection run, and their batches are handed out, only
+ * once the move into pending:<cid> reached the replicas (or
+ * SLUICEI_WAIT_MS passed), so that a failover right after the take does
+ * not bring back, for another consumer, a batch this one returned. */
+static int send_wait(sluice_consumer *c)
+{
+    if (c->wait_now <= 0)
+        return 0;
+    char n[16], ms[16];
+    snprintf(n, sizeof n, "%d", c->wait_now);
+    snprintf(ms, sizeof ms, "%d", SLUICEI_WAIT_MS);
+    const char *av[3] = {"WAIT", n, ms};
+    return send_argv(c, CONN_DATA, new_req(R_WAIT, -1), 1, 3, av, NULL);
 }
 
 /* The marker of the loop's epoch was reached: stop fetching and read the
@@ -1072,7 +1233,8 @@ static void handle_blmove(sluice_consumer *c, redisReply *r)
         char mk[RID_MAX];
         copy_id(mk, r->str, r->len);
         const char *argv[5] = {c->id, mk, now, ep, c->rank_s};
-        if (send_script(c, CONN_DATA, new_req(R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) != 0)
+        if (send_script(c, CONN_DATA, new_req(R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) != 0 ||
+            send_wait(c) != 0)
             return;
         if (me == c->loop_epoch)
             reached_marker(c);
@@ -1087,7 +1249,7 @@ static void handle_blmove(sluice_consumer *c, redisReply *r)
     snprintf(ep, sizeof ep, "%" PRIu32, c->loop_epoch);
     const char *argv[5] = {c->id, c->items[0].rid, now, ep, c->rank_s};
     if (send_script(c, CONN_DATA, new_req(R_CLAIM, 0), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) == 0 &&
-        fetch_items(c, 0, 1) == 0)
+        send_wait(c) == 0 && fetch_items(c, 0, 1) == 0)
         ack_fetched(c, 1);
 }
 
@@ -1160,9 +1322,9 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
         /* Delivered by this consumer in this epoch already: a lease that
          * ran out while it was held, say. Acknowledge the extra copy. */
         sluice_batch_free(b);
-        pthread_mutex_lock(&c->mu);
+        mu_lock(c);
         c->st.duplicates++;
-        pthread_mutex_unlock(&c->mu);
+        mu_unlock(c);
         if (c->ack_mode == SLUICE_ACK_EXPLICIT)
             send_acks(c, CONN_DATA, R_ACK_QUIET, 1, it->rid, RID_MAX, 1);
         return;
@@ -1173,13 +1335,13 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
     /* At most once: the batch is acknowledged already; release() only frees. */
     b->consumer = c->ack_mode == SLUICE_ACK_EXPLICIT ? c : NULL;
     b->acked = c->ack_mode != SLUICE_ACK_EXPLICIT;
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     slot *sl = &c->fifo[(c->fifo_head + c->fifo_len) % c->prefetch];
     sl->b = b;
     memcpy(sl->rid, it->rid, sizeof sl->rid);
     c->fifo_len++;   /* room: an operation never asks for more than the free slots */
-    int signal = c->waiting && !c->notify_armed;
-    pthread_mutex_unlock(&c->mu);
+    int signal = c->top->waiting && !c->notify_armed;
+    mu_unlock(c);
     if (signal) {
         /* One wake-up for all the batches of this read: notify_ev runs
          * once hiredis is done with the replies it has. */
@@ -1194,9 +1356,9 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     c->notify_armed = 0;
-    pthread_mutex_lock(&c->mu);
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    mu_lock(c);
+    cv_broadcast(c);
+    mu_unlock(c);
 }
 
 /* The reply to a GET or MGET of q->nitems items from q->item. */
@@ -1218,16 +1380,22 @@ static void handle_frames(sluice_consumer *c, req *q, redisReply *r)
 
 static void handle_job(sluice_consumer *c, redisReply *r)
 {
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* Not an answer (MOVED, LOADING...): the next session's take sees
+         * the marker again and asks again. */
+        session_fail(c, "redis %s: HMGET %s: %s", c->addr, c->k_job, r->str);
+        return;
+    }
     long long epochs = 0;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
         r->element[0]->type == REDIS_REPLY_STRING)
         epochs = strtoll(r->element[0]->str, NULL, 10);
     c->marker_published = 1;
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     c->at_marker = 1;
     c->marker_last = epochs > 0 && (long long)c->loop_epoch + 1 >= epochs;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    cv_broadcast(c);
+    mu_unlock(c);
 }
 
 /* Whether an id in pending:<cid> is accounted for in this process. */
@@ -1244,14 +1412,14 @@ static int known_locally(sluice_consumer *c, const char *s, size_t len)
         if (strcmp(c->recover[i].s, id) == 0)
             return 1;
     int found = 0;
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     for (int i = 0; i < c->fifo_len && !found; i++)
         found = strcmp(c->fifo[(c->fifo_head + i) % c->prefetch].rid, id) == 0;
     for (size_t i = 0; i < c->nout && !found; i++)
         found = strcmp(c->out[i].rid, id) == 0;
     for (size_t i = 0; i < c->nacks && !found; i++)
         found = strcmp(c->acks[i].s, id) == 0;
-    pthread_mutex_unlock(&c->mu);
+    mu_unlock(c);
     return found;
 }
 
@@ -1279,6 +1447,26 @@ static void handle_resync(sluice_consumer *c, redisReply *r)
         }
         copy_id(c->recover[c->nrecover++].s, id->str, id->len);
     }
+}
+
+/* ROLE of the data node: ["master", offset, [[ip, port, offset]...]]. A
+ * WAIT can only count replicas that are connected: asking for more would
+ * only make every take wait SLUICEI_WAIT_MS while a replica is down (and
+ * give no safety), so each WAIT asks for as many as are connected, up to
+ * url.wait_replicas. A node that is a replica now lost its slots in a
+ * failover: the next session finds the new master. */
+static void handle_role(sluice_consumer *c, redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+        r->element[0]->type != REDIS_REPLY_STRING)
+        return;   /* ROLE not allowed (ACL): WAIT as configured */
+    if (strcmp(r->element[0]->str, "master") != 0) {
+        session_fail(c, "redis %s: the node is a %s now", c->addr, r->element[0]->str);
+        return;
+    }
+    int connected = r->elements >= 3 && r->element[2]->type == REDIS_REPLY_ARRAY
+                        ? (int)r->element[2]->elements : 0;
+    c->wait_now = connected < c->url.wait_replicas ? connected : c->url.wait_replicas;
 }
 
 static void confirm_ack(sluice_consumer *c, const char *id)
@@ -1316,14 +1504,18 @@ static void handle(sluice_consumer *c, req *q, redisReply *r)
     case R_RESYNC:
         handle_resync(c, r);
         break;
-    case R_ACK:
+    case R_ACK: {
         /* Done, for every id: one the consumer no longer held (its lease
          * ran out and it went to someone else) needs nothing more. Only a
-         * lost script is worth another try. */
-        for (size_t i = 0; i < q->nids && !is_err(r, "NOSCRIPT"); i++)
+         * lost script, or a script that did not run on this node (its slot
+         * moved), is worth another try. */
+        int again = is_err(r, "NOSCRIPT") ||
+                    (r->type == REDIS_REPLY_ERROR && sluicei_cluster_retryable(r->str, r->len));
+        for (size_t i = 0; i < q->nids && !again; i++)
             confirm_ack(c, q->ids[i].s);
         script_error(c, "ack", r);
         break;
+    }
     case R_ACK_QUIET:
     case R_DEAD:
         script_error(c, q->kind == R_DEAD ? "dead" : "ack", r);
@@ -1331,6 +1523,20 @@ static void handle(sluice_consumer *c, req *q, redisReply *r)
     case R_REQUEUE:
         if (!script_error(c, "requeue", r))
             event_base_loopbreak(c->base);
+        break;
+    case R_WAIT:
+        /* Fewer replicas than asked within SLUICEI_WAIT_MS is no error:
+         * the move stands; but a replica may be gone, so ROLE is asked
+         * now rather than at its next period. An error (the node is a
+         * replica now...) ends the session. */
+        if (r->type == REDIS_REPLY_ERROR)
+            session_fail(c, "redis %s: WAIT: %s", c->addr, r->str);
+        else if (r->type == REDIS_REPLY_INTEGER && r->integer < c->wait_now)
+            c->next_role_ms = 0;
+        break;
+    case R_ROLE:
+        c->role_inflight = 0;
+        handle_role(c, r);
         break;
     case R_BEAT:
         c->beat_inflight = 0;
@@ -1356,7 +1562,8 @@ static void start_take(sluice_consumer *c, int room)
     c->items[0].dlv = room;   /* read back by handle_take before it is overwritten */
     const char *argv[5] = {c->id, n, now, ep, c->rank_s};
     c->op = OP_TAKE;
-    send_script(c, CONN_DATA, new_req(R_TAKE, -1), 1, SLUICEI_SCRIPT_TAKE, 5, argv);
+    if (send_script(c, CONN_DATA, new_req(R_TAKE, -1), 1, SLUICEI_SCRIPT_TAKE, 5, argv) == 0)
+        send_wait(c);
 }
 
 static void start_blmove(sluice_consumer *c)
@@ -1369,7 +1576,8 @@ static void start_blmove(sluice_consumer *c)
     sluicei_key(src, c->queue, name);
     const char *av[6] = {"BLMOVE", src, c->k_pending, "RIGHT", "LEFT", BLOCK_ARG};
     c->op = OP_BLMOVE;
-    send_argv(c, CONN_DATA, new_req(R_BLMOVE, -1), 1, 6, av, NULL);
+    if (send_argv(c, CONN_DATA, new_req(R_BLMOVE, -1), 1, 6, av, NULL) == 0)
+        send_wait(c);
 }
 
 /* Claims and fetches ids found in pending:<cid> that never arrived. */
@@ -1398,7 +1606,7 @@ static void start_recover(sluice_consumer *c, int room)
         send_script(c, CONN_DATA, new_req(R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 5, argv);
         n++;
     }
-    if (gen == c->gen && fetch_items(c, 0, n) == 0)
+    if (gen == c->gen && send_wait(c) == 0 && fetch_items(c, 0, n) == 0)
         ack_fetched(c, n);
     if (gen != c->gen)
         return;
@@ -1428,7 +1636,7 @@ static void close_step(sluice_consumer *c)
     if (c->nunconf &&
         send_acks(c, CONN_DATA, R_ACK, 0, c->unconf[0].s, sizeof *c->unconf, c->nunconf) != 0)
         return;
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     int n = c->fifo_len;
     const char **argv = malloc((size_t)(n + 2) * sizeof *argv);
     char now[24];
@@ -1439,7 +1647,7 @@ static void close_step(sluice_consumer *c)
         for (int i = 0; i < n; i++)
             argv[2 + i] = c->fifo[(c->fifo_head + i) % c->prefetch].rid;
     }
-    pthread_mutex_unlock(&c->mu);
+    mu_unlock(c);
     if (!argv) {
         event_base_loopbreak(c->base);   /* what we hold comes back after the lease */
         return;
@@ -1459,7 +1667,7 @@ static int pump_once(sluice_consumer *c)
 {
     if (c->state != ST_READY)
         return -1;
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     size_t first = c->nunconf;
     if (c->nacks && !grow((void **)&c->unconf, &c->unconf_cap, c->nunconf + c->nacks,
                           sizeof *c->unconf)) {
@@ -1474,7 +1682,7 @@ static int pump_once(sluice_consumer *c)
     int room = c->prefetch - c->fifo_len;
     if (room <= 0)
         c->want_room = 1;
-    pthread_mutex_unlock(&c->mu);
+    mu_unlock(c);
 
     uint64_t gen = c->gen;
     if (first < c->nunconf && send_acks(c, CONN_CTL, R_ACK, 0, c->unconf[first].s,
@@ -1527,12 +1735,12 @@ static void pump(sluice_consumer *c)
         int parked = pump_once(c);
         if (parked < 0)
             return;
-        pthread_mutex_lock(&c->mu);
+        mu_lock(c);
         /* An ack released since the drain above would wait for the tick. */
         int again = parked && c->nacks > 0 && round < 3;
         if (!again)
             c->parked = parked;
-        pthread_mutex_unlock(&c->mu);
+        mu_unlock(c);
         if (!again)
             return;
     }
@@ -1545,10 +1753,10 @@ static void on_wake(evutil_socket_t fd, short what, void *arg)
     (void)what;
     ssize_t n = read(fd, &v, sizeof v);
     (void)n;
-    pthread_mutex_lock(&c->mu);
+    mu_lock(c);
     c->wake_pending = 0;
     int closing = c->closing, fatal = c->fatal != SLUICE_OK;
-    pthread_mutex_unlock(&c->mu);
+    mu_unlock(c);
     if (closing && c->close_deadline_ms == 0) {
         c->close_deadline_ms = sluicei_now_ms() + CLOSE_TIMEOUT_MS;
         if (c->state != ST_READY && fatal) {
@@ -1605,6 +1813,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         c->next_reap_ms = now + reap_period(c);
         send_reap(c);
     }
+    if (c->state == ST_READY && c->url.wait_replicas > 0 && now >= c->next_role_ms &&
+        !c->role_inflight) {
+        /* As often as the heartbeat, and at once after a WAIT fell short. */
+        c->next_role_ms = now + (c->lease_ms / 3 > 1 ? c->lease_ms / 3 : 1);
+        const char *av[1] = {"ROLE"};
+        if (send_argv(c, CONN_CTL, new_req(R_ROLE, -1), 0, 1, av, NULL) == 0)
+            c->role_inflight = 1;
+    }
     /* Acks released while the loop was busy, if nothing else sent them. */
     pump(c);
 }
@@ -1622,6 +1838,9 @@ static void *loop_main(void *arg)
         if (ac)
             redisAsyncFree(ac);
     }
+    /* The router belongs to this thread (cluster.h: not thread-safe). */
+    sluicei_router_close(c->router);
+    c->router = NULL;
     return NULL;
 }
 
@@ -1641,9 +1860,15 @@ static int consumer_id_ok(const char *s)
     return 1;
 }
 
-/* Frees what open() built; the loop thread is not running. */
+/* Frees what open() built; no loop thread of c (or of its children) is
+ * running. A group frees its children first: they use its mutex. */
 static void free_consumer(sluice_consumer *c)
 {
+    for (int p = 0; c->part && p < c->nparts; p++)
+        if (c->part[p])
+            free_consumer(c->part[p]);
+    free(c->part);
+    free(c->wakes);
     while (c->fifo && c->fifo_len > 0) {
         sluice_batch_free(c->fifo[c->fifo_head].b);
         c->fifo_head = (c->fifo_head + 1) % c->prefetch;
@@ -1664,9 +1889,13 @@ static void free_consumer(sluice_consumer *c)
     if (c->wake_fd >= 0)
         close(c->wake_fd);
     sluicei_url_free(&c->url);
+    sluicei_router_close(c->router);
+    free(c->route_addr);
     dups_reset(c);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->cv);
+    if (c->top == c) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+    }
     free(c->fifo);
     free(c->out);
     free(c->acks);
@@ -1676,16 +1905,50 @@ static void free_consumer(sluice_consumer *c)
     free(c);
 }
 
-/* Reads the queue's configuration and the job over a short-lived
- * synchronous connection, which also proves the address and credentials
- * and loads the scripts (their SHA1s serve every later session). */
-static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, char *errbuf,
-                             size_t errlen)
+/* Where open() reads a queue's settings: over a connection of its own to
+ * the one server, or through a router (a cluster, a list of servers),
+ * which follows redirections and finds the queue's node. */
+typedef struct setup_link {
+    sluicei_conn *sc;
+    sluicei_router *r;
+    int64_t deadline_ms;   /* router: when to give up a node that does not answer */
+} setup_link;
+
+static sluice_err link_command(setup_link *l, const char *q, redisReply **out, int argc,
+                               const char **argv)
 {
-    sluicei_conn *sc = NULL;
-    sluice_err e = sluicei_conn_open(&sc, o->redis_url, o->connect_timeout_ms, 0, errbuf, errlen);
-    if (e != SLUICE_OK)
-        return e;
+    if (l->r)
+        return sluicei_router_command(l->r, q, l->deadline_ms, out, argc, argv, NULL);
+    return sluicei_conn_commandargv(l->sc, out, argc, argv, NULL);
+}
+
+/* Why a call of link_command() (result e, reply r) failed. */
+static void link_why(setup_link *l, const char *q, sluice_err e, const redisReply *r, char *errbuf,
+                     size_t errlen)
+{
+    if (r && r->type == REDIS_REPLY_ERROR && l->sc &&
+        (starts_with(r->str, r->len, "MOVED ") || starts_with(r->str, r->len, "ASK ")))
+        snprintf(errbuf, errlen, "%s (the server is a Redis Cluster node: use a "
+                 "redis+cluster:// address)", r->str);
+    else if (r && r->type == REDIS_REPLY_ERROR)
+        snprintf(errbuf, errlen, "%s", r->str);
+    else if (l->sc)
+        snprintf(errbuf, errlen, "%s", l->sc->errstr);
+    else if (sluicei_router_errstr(l->r)[0])
+        snprintf(errbuf, errlen, "%s", sluicei_router_errstr(l->r));
+    else
+        snprintf(errbuf, errlen, "redis %s: reading queue '%s': %s", sluicei_router_describe(l->r),
+                 q, sluice_strerror(e));
+}
+
+/* Reads the queue's configuration and the job, which also proves the
+ * address and credentials. o->queue is the name the caller opened (c's
+ * queue, or the partitioned queue c is a partition of). */
+static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, setup_link *l,
+                             char *errbuf, size_t errlen)
+{
+    const char *q = c->queue;
+    int part = strcmp(q, o->queue) != 0;
     redisReply *m = NULL, *j = NULL;
     /* Batches held by consumers that died first go back to the lists now:
      * when the others have finished the job, no one else would reap them
@@ -1694,23 +1957,24 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
     char now[24];
     snprintf(now, sizeof now, "%" PRId64, wall_ms());
     const char *rv[1] = {now};
-    if (sluicei_script_run(sc, SLUICEI_SCRIPT_REAP, c->queue, 1, rv, NULL, &m) == SLUICE_ERR_IO) {
-        snprintf(errbuf, errlen, "%s", sc->errstr);
-        e = SLUICE_ERR_IO;
+    sluice_err e = l->r ? sluicei_router_script(l->r, q, l->deadline_ms, SLUICEI_SCRIPT_REAP, 1, rv,
+                                                NULL, &m)
+                        : sluicei_script_run(l->sc, SLUICEI_SCRIPT_REAP, q, 1, rv, NULL, &m);
+    if (e == SLUICE_ERR_IO) {
+        link_why(l, q, e, NULL, errbuf, errlen);
         goto out;
     }
+    e = SLUICE_OK;
     if (m)
         freeReplyObject(m);
     m = NULL;
     const char *mv[5] = {"HMGET", c->k_meta, "version", "ranks", "lease_ms"};
     const char *jv[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
-    e = sluicei_conn_commandargv(sc, &m, 5, mv, NULL);
+    e = link_command(l, q, &m, 5, mv);
     if (e == SLUICE_OK)
-        e = sluicei_conn_commandargv(sc, &j, 4, jv, NULL);
+        e = link_command(l, q, &j, 4, jv);
     if (e != SLUICE_OK) {
-        snprintf(errbuf, errlen, "%s", m && m->type == REDIS_REPLY_ERROR ? m->str
-                                       : j && j->type == REDIS_REPLY_ERROR ? j->str
-                                                                           : sc->errstr);
+        link_why(l, q, e, m && m->type == REDIS_REPLY_ERROR ? m : j, errbuf, errlen);
         goto out;
     }
     if (m->type != REDIS_REPLY_ARRAY || m->elements != 3 || j->type != REDIS_REPLY_ARRAY ||
@@ -1720,8 +1984,12 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         goto out;
     }
     if (m->element[0]->type != REDIS_REPLY_STRING) {
-        snprintf(errbuf, errlen, "queue '%s' does not exist (create it with: sluice-ctl create %s)",
-                 c->queue, c->queue);
+        if (part)
+            snprintf(errbuf, errlen, "queue '%s' has no partition '%s' (delete it and create it "
+                     "again)", o->queue, q);
+        else
+            snprintf(errbuf, errlen, "queue '%s' does not exist (create it with: sluice-ctl "
+                     "create %s)", q, q);
         e = SLUICE_ERR_NOQUEUE;
         goto out;
     }
@@ -1733,17 +2001,17 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         snprintf(errbuf, errlen,
                  "queue '%s' is coordinated over %lld ranks: open it with world=%lld and this "
                  "consumer's rank (sluice-consume --world %lld --rank R)",
-                 c->queue, ranks, ranks, ranks);
+                 o->queue, ranks, ranks, ranks);
         e = SLUICE_ERR_INVALID;
         goto out;
     }
     if (o->world > 0 && ranks != o->world) {
         if (ranks == 0)
             snprintf(errbuf, errlen, "queue '%s' is not coordinated: open it without world/rank "
-                     "(or create it with --consumers %d --coordinated)", c->queue, o->world);
+                     "(or create it with --consumers %d --coordinated)", o->queue, o->world);
         else
             snprintf(errbuf, errlen, "queue '%s' is coordinated over %lld ranks, not world=%d",
-                     c->queue, ranks, o->world);
+                     o->queue, ranks, o->world);
         e = SLUICE_ERR_INVALID;
         goto out;
     }
@@ -1761,24 +2029,26 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         for (; start < open && start < epochs; start++) {
             char list[SLUICE_MAX_KEY + 32], marker[32];
             if (o->world > 0)
-                snprintf(list, sizeof list, "sluice:{%s}:ready:%lld:%d", c->queue, start, o->rank);
+                snprintf(list, sizeof list, "sluice:{%s}:ready:%lld:%d", q, start, o->rank);
             else
-                snprintf(list, sizeof list, "sluice:{%s}:ready:%lld", c->queue, start);
+                snprintf(list, sizeof list, "sluice:{%s}:ready:%lld", q, start);
             snprintf(marker, sizeof marker, "eof:%lld", start);
-            redisReply *l = NULL;
-            if (sluicei_conn_command(sc, &l, "LRANGE %s -2 -1", list) != SLUICE_OK) {
-                snprintf(errbuf, errlen, "%s", l && l->type == REDIS_REPLY_ERROR ? l->str : sc->errstr);
-                if (l)
-                    freeReplyObject(l);
+            redisReply *lr = NULL;
+            const char *lv[4] = {"LRANGE", list, "-2", "-1"};
+            sluice_err le = link_command(l, q, &lr, 4, lv);
+            if (le != SLUICE_OK) {
+                link_why(l, q, le, lr, errbuf, errlen);
+                if (lr)
+                    freeReplyObject(lr);
                 e = SLUICE_ERR_IO;
                 goto out;
             }
             /* The consumer end of a list is its right: "-2 -1" is what comes
              * next. Only the marker left means the epoch is drained. */
-            int drained = l->type == REDIS_REPLY_ARRAY &&
-                          (l->elements == 0 ||
-                           (l->elements == 1 && strcmp(l->element[0]->str, marker) == 0));
-            freeReplyObject(l);
+            int drained = lr->type == REDIS_REPLY_ARRAY &&
+                          (lr->elements == 0 ||
+                           (lr->elements == 1 && strcmp(lr->element[0]->str, marker) == 0));
+            freeReplyObject(lr);
             if (!drained)
                 break;
         }
@@ -1786,14 +2056,251 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         /* The job ended, and was drained, before this consumer came. */
         c->finished = epochs > 0 && start >= epochs;
     }
-    memcpy(c->sha, sc->script_sha, sizeof c->sha);
+    if (l->sc)
+        memcpy(c->sha, l->sc->script_sha, sizeof c->sha);
 out:
     if (m)
         freeReplyObject(m);
     if (j)
         freeReplyObject(j);
-    sluicei_conn_close(sc);
     return e;
+}
+
+/* Builds a consumer of queue q (o->queue, or partition q of it) with its
+ * event loop, and reads the queue's settings; the thread is not started.
+ * top is the group of a partition's consumer (NULL: none). With a router,
+ * the queue's node comes from it, and is found again after every failed
+ * session unless the router is a single server; without, c connects to
+ * o->redis_url over a connection of its own first. */
+static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts *o, const char *q,
+                               const char *id, sluicei_router *r, sluice_consumer *top,
+                               char *errbuf, size_t errlen)
+{
+    *out = NULL;
+    sluice_consumer *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    c->wake_fd = -1;
+    if (top) {
+        c->top = top;
+    } else {
+        c->top = c;
+        pthread_mutex_init(&c->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&c->cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+
+    snprintf(c->queue, sizeof c->queue, "%s", q);
+    snprintf(c->id, sizeof c->id, "%s", id);
+    char name[SLUICE_MAX_KEY];
+    sluicei_key(c->k_meta, c->queue, "meta");
+    sluicei_key(c->k_frame, c->queue, "b:");
+    sluicei_key(c->k_job, c->queue, "job");
+    snprintf(name, sizeof name, "pending:%s", c->id);
+    sluicei_key(c->k_pending, c->queue, name);
+    c->world = o->world;
+    c->rank = o->rank;
+    if (o->world > 0)
+        snprintf(c->rank_s, sizeof c->rank_s, "%d", o->rank);
+    c->ack_mode = o->ack_mode;
+    c->max_batch_bytes = o->max_batch_bytes ? o->max_batch_bytes : SLUICE_MAX_BATCH_BYTES_DEFAULT;
+    c->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
+    c->low_water = c->prefetch - (c->prefetch / 2 > 1 ? c->prefetch / 2 : 1);
+    c->connect_timeout_ms =
+        o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
+    c->reconnect_timeout_ms = o->reconnect_timeout_ms;
+    c->rng = sluicei_random64() | 1;
+    c->fifo = calloc((size_t)c->prefetch, sizeof *c->fifo);
+    c->items = calloc((size_t)c->prefetch, sizeof *c->items);
+    if (!c->fifo || !c->items) {
+        snprintf(errbuf, errlen, "out of memory");
+        free_consumer(c);
+        return SLUICE_ERR_NOMEM;
+    }
+
+    sluice_err e;
+    if (r) {
+        e = sluicei_router_url(r, c->queue, 0, &c->url, errbuf, errlen);
+        c->cluster = sluicei_router_kind_of(r) == SLUICEI_ROUTER_CLUSTER;
+        if (e == SLUICE_OK && sluicei_router_kind_of(r) != SLUICEI_ROUTER_SINGLE &&
+            !(c->route_addr = strdup(o->redis_url))) {
+            snprintf(errbuf, errlen, "out of memory");
+            e = SLUICE_ERR_NOMEM;
+        }
+        if (e == SLUICE_OK) {
+            setup_link l = {NULL, r, sluicei_now_ms() + c->connect_timeout_ms + REPLY_SLACK_MS};
+            e = read_setup(c, o, &l, errbuf, errlen);
+        }
+    } else {
+        e = sluicei_url_parse(o->redis_url, &c->url, errbuf, errlen);
+        sluicei_conn *sc = NULL;
+        if (e == SLUICE_OK)
+            e = sluicei_conn_open(&sc, o->redis_url, o->connect_timeout_ms, 0, errbuf, errlen);
+        if (e == SLUICE_OK) {
+            setup_link l = {sc, NULL, 0};
+            e = read_setup(c, o, &l, errbuf, errlen);
+        }
+        sluicei_conn_close(sc);
+    }
+    if (e != SLUICE_OK) {
+        free_consumer(c);
+        return e;
+    }
+    sluicei_url_describe(&c->url, c->addr, sizeof c->addr);
+
+    c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    c->base = event_base_new();
+    if (c->wake_fd < 0 || !c->base) {
+        snprintf(errbuf, errlen, "setting up the event loop: %s",
+                 c->wake_fd < 0 ? strerror(errno) : "event_base_new failed");
+        free_consumer(c);
+        return SLUICE_ERR_SYS;
+    }
+    c->wake_ev = event_new(c->base, c->wake_fd, EV_READ | EV_PERSIST, on_wake, c);
+    c->tick_ev = event_new(c->base, -1, EV_PERSIST, on_tick, c);
+    c->retry_ev = evtimer_new(c->base, on_retry, c);
+    c->oom_ev = evtimer_new(c->base, on_oom_timer, c);
+    c->notify_ev = event_new(c->base, -1, 0, on_notify, c);
+    struct timeval tick = {0, TICK_MS * 1000};
+    if (!c->wake_ev || !c->tick_ev || !c->retry_ev || !c->oom_ev || !c->notify_ev ||
+        event_add(c->wake_ev, NULL) != 0 || event_add(c->tick_ev, &tick) != 0) {
+        snprintf(errbuf, errlen, "setting up the event loop failed");
+        free_consumer(c);
+        return SLUICE_ERR_SYS;
+    }
+    *out = c;
+    return SLUICE_OK;
+}
+
+/* Starts c's loop thread. */
+static sluice_err consumer_start(sluice_consumer *c, char *errbuf, size_t errlen)
+{
+    /* The loop thread takes no signals: the application's handlers run on
+     * its own threads, and a write to a socket Redis closed gives EPIPE
+     * there instead of killing the process with SIGPIPE. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&c->thread, NULL, loop_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        snprintf(errbuf, errlen, "starting the consumer thread: %s", strerror(rc));
+        return SLUICE_ERR_SYS;
+    }
+    c->thread_started = 1;
+    return SLUICE_OK;
+}
+
+/* Stops the loop threads of cs[0..n): all are told first, then joined, so
+ * that they hand their batches back at the same time. */
+static void stop_loops(sluice_consumer **cs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        sluice_consumer *c = cs[i];
+        if (!c || !c->thread_started)
+            continue;
+        mu_lock(c);
+        c->closing = 1;
+        int wake = wake_needed(c);
+        mu_unlock(c);
+        if (wake)
+            wake_write(c);
+    }
+    for (int i = 0; i < n; i++)
+        if (cs[i] && cs[i]->thread_started) {
+            pthread_join(cs[i]->thread, NULL);
+            cs[i]->thread_started = 0;
+        }
+}
+
+/* The group of a partitioned queue of nparts partitions: one consumer per
+ * partition, all with the same id and options, all started. */
+static sluice_err open_group(sluice_consumer **out, const sluice_consumer_opts *o, const char *id,
+                             sluicei_router *r, int nparts, char *errbuf, size_t errlen)
+{
+    *out = NULL;
+    sluice_consumer *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(errbuf, errlen, "out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    g->wake_fd = -1;
+    g->top = g;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    snprintf(g->queue, sizeof g->queue, "%s", o->queue);
+    snprintf(g->id, sizeof g->id, "%s", id);
+    g->world = o->world;
+    g->rank = o->rank;
+    g->ack_mode = o->ack_mode;
+    g->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
+    g->part = calloc((size_t)nparts, sizeof *g->part);
+    g->wakes = calloc((size_t)nparts, sizeof *g->wakes);
+    if (!g->part || !g->wakes) {
+        free_consumer(g);
+        snprintf(errbuf, errlen, "out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    g->nparts = nparts;
+    sluice_err e = SLUICE_OK;
+    for (int p = 0; p < nparts && e == SLUICE_OK; p++) {
+        char q[SLUICE_MAX_QUEUE_NAME + 8];
+        sluicei_partition_name(q, o->queue, p);
+        if (strlen(q) > SLUICE_MAX_QUEUE_NAME) {
+            snprintf(errbuf, errlen, "queue '%s': the name of its partition %d is longer than %d "
+                     "bytes", o->queue, p, SLUICE_MAX_QUEUE_NAME);
+            e = SLUICE_ERR_INVALID;
+        } else {
+            e = consumer_new(&g->part[p], o, q, id, r, g, errbuf, errlen);
+        }
+    }
+    if (e != SLUICE_OK) {
+        free_consumer(g);
+        return e;
+    }
+    /* Partitions may have drained different epochs before this consumer
+     * came: the group starts at the earliest, and a partition ahead of it
+     * counts as having ended the epochs it skipped. */
+    uint32_t lo = UINT32_MAX, hi = 0;
+    int fin = 1;
+    for (int p = 0; p < nparts; p++) {
+        sluice_consumer *ch = g->part[p];
+        lo = ch->epoch < lo ? ch->epoch : lo;
+        hi = ch->epoch > hi ? ch->epoch : hi;
+        fin &= ch->finished;
+    }
+    g->epoch = lo;
+    g->finished = fin && lo == hi;
+    /* Consumers of one queue start at different partitions, so that they
+     * do not all drain the same one first. */
+    g->home = o->world > 0 ? o->rank % nparts : (int)(id_hash(id) % (uint64_t)nparts);
+    g->rr = (g->home + 1) % nparts;
+    for (int p = 0; p < nparts && e == SLUICE_OK; p++)
+        e = consumer_start(g->part[p], errbuf, errlen);
+    if (e != SLUICE_OK) {
+        stop_loops(g->part, nparts);
+        free_consumer(g);
+        return e;
+    }
+    *out = g;
+    return SLUICE_OK;
+}
+
+/* Whether an address names more than one server (a cluster, a list):
+ * then the queue may live anywhere, and only a router can tell. */
+static int many_servers(const char *url)
+{
+    return strncmp(url, "redis+cluster://", 16) == 0 || strstr(url, ",redis://") ||
+           strstr(url, ",unix://");
 }
 
 sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
@@ -1841,95 +2348,58 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
         snprintf(errbuf, errlen, "ack_mode must be SLUICE_ACK_EXPLICIT or SLUICE_ACK_NONE");
         return SLUICE_ERR_INVALID;
     }
-
-    sluice_consumer *c = calloc(1, sizeof *c);
-    if (!c) {
-        snprintf(errbuf, errlen, "out of memory");
-        return SLUICE_ERR_NOMEM;
-    }
-    c->wake_fd = -1;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
-
-    snprintf(c->queue, sizeof c->queue, "%s", o->queue);
+    char id[MAX_CONSUMER_ID + 1];
     if (o->consumer_id)
-        snprintf(c->id, sizeof c->id, "%s", o->consumer_id);
+        snprintf(id, sizeof id, "%s", o->consumer_id);
     else
-        snprintf(c->id, sizeof c->id, "%016" PRIx64, sluicei_random64());
-    char name[SLUICE_MAX_KEY];
-    sluicei_key(c->k_meta, c->queue, "meta");
-    sluicei_key(c->k_frame, c->queue, "b:");
-    sluicei_key(c->k_job, c->queue, "job");
-    snprintf(name, sizeof name, "pending:%s", c->id);
-    sluicei_key(c->k_pending, c->queue, name);
-    c->world = o->world;
-    c->rank = o->rank;
-    if (o->world > 0)
-        snprintf(c->rank_s, sizeof c->rank_s, "%d", o->rank);
-    c->ack_mode = o->ack_mode;
-    c->max_batch_bytes = o->max_batch_bytes ? o->max_batch_bytes : SLUICE_MAX_BATCH_BYTES_DEFAULT;
-    c->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
-    c->low_water = c->prefetch - (c->prefetch / 2 > 1 ? c->prefetch / 2 : 1);
-    c->connect_timeout_ms =
-        o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
-    c->reconnect_timeout_ms = o->reconnect_timeout_ms;
-    c->rng = sluicei_random64() | 1;
-    c->fifo = calloc((size_t)c->prefetch, sizeof *c->fifo);
-    c->items = calloc((size_t)c->prefetch, sizeof *c->items);
-    if (!c->fifo || !c->items) {
-        snprintf(errbuf, errlen, "out of memory");
-        free_consumer(c);
-        return SLUICE_ERR_NOMEM;
-    }
+        snprintf(id, sizeof id, "%016" PRIx64, sluicei_random64());
 
-    e = sluicei_url_parse(o->redis_url, &c->url, errbuf, errlen);
-    if (e == SLUICE_OK)
-        e = read_setup(c, o, errbuf, errlen);
-    if (e != SLUICE_OK) {
+    /* Messages are built here in full, whatever errlen is. */
+    char msg[512] = "", noqueue[512] = "";
+    sluice_consumer *c = NULL;
+    if (!many_servers(o->redis_url)) {
+        /* One server: a plain queue costs what it always did. */
+        e = consumer_new(&c, o, o->queue, id, NULL, NULL, msg, sizeof msg);
+        if (e != SLUICE_OK && e != SLUICE_ERR_NOQUEUE) {
+            snprintf(errbuf, errlen, "%s", msg);
+            return e;
+        }
+        /* No such queue: it may be a partitioned one. */
+        snprintf(noqueue, sizeof noqueue, "%s", msg);
+    }
+    if (!c) {
+        sluicei_router *r = NULL;
+        int nparts = 0;
+        int ct = o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
+        e = sluicei_router_open(&r, o->redis_url, ct, 0, msg, sizeof msg);
+        if (e == SLUICE_OK)
+            e = sluicei_queue_partitions(r, o->queue, &nparts, msg, sizeof msg);
+        if (e == SLUICE_ERR_NOQUEUE) {
+            if (noqueue[0])
+                snprintf(msg, sizeof msg, "%s", noqueue);
+            else
+                snprintf(msg, sizeof msg, "queue '%s' does not exist (create it with: sluice-ctl "
+                         "create %s)", o->queue, o->queue);
+        } else if (e == SLUICE_OK && nparts > SLUICE_MAX_PARTITIONS) {
+            snprintf(msg, sizeof msg, "queue '%s' says it has %d partitions (at most %d)",
+                     o->queue, nparts, SLUICE_MAX_PARTITIONS);
+            e = SLUICE_ERR_PROTOCOL;
+        } else if (e == SLUICE_OK && nparts > 0) {
+            e = open_group(&c, o, id, r, nparts, msg, sizeof msg);
+        } else if (e == SLUICE_OK) {
+            e = consumer_new(&c, o, o->queue, id, r, NULL, msg, sizeof msg);
+        }
+        sluicei_router_close(r);
+        if (e != SLUICE_OK) {
+            snprintf(errbuf, errlen, "%s", msg);
+            return e;
+        }
+    }
+    if (!c->nparts && (e = consumer_start(c, msg, sizeof msg)) != SLUICE_OK) {
         free_consumer(c);
+        snprintf(errbuf, errlen, "%s", msg);
         return e;
     }
-    sluicei_url_describe(&c->url, c->addr, sizeof c->addr);
-
-    c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    c->base = event_base_new();
-    if (c->wake_fd < 0 || !c->base) {
-        snprintf(errbuf, errlen, "setting up the event loop: %s",
-                 c->wake_fd < 0 ? strerror(errno) : "event_base_new failed");
-        free_consumer(c);
-        return SLUICE_ERR_SYS;
-    }
-    c->wake_ev = event_new(c->base, c->wake_fd, EV_READ | EV_PERSIST, on_wake, c);
-    c->tick_ev = event_new(c->base, -1, EV_PERSIST, on_tick, c);
-    c->retry_ev = evtimer_new(c->base, on_retry, c);
-    c->oom_ev = evtimer_new(c->base, on_oom_timer, c);
-    c->notify_ev = event_new(c->base, -1, 0, on_notify, c);
-    struct timeval tick = {0, TICK_MS * 1000};
-    if (!c->wake_ev || !c->tick_ev || !c->retry_ev || !c->oom_ev || !c->notify_ev ||
-        event_add(c->wake_ev, NULL) != 0 || event_add(c->tick_ev, &tick) != 0) {
-        snprintf(errbuf, errlen, "setting up the event loop failed");
-        free_consumer(c);
-        return SLUICE_ERR_SYS;
-    }
-
-    /* The loop thread takes no signals: the application's handlers run on
-     * its own threads, and a write to a socket Redis closed gives EPIPE
-     * there instead of killing the process with SIGPIPE. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&c->thread, NULL, loop_main, c);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        snprintf(errbuf, errlen, "starting the consumer thread: %s", strerror(rc));
-        free_consumer(c);
-        return SLUICE_ERR_SYS;
-    }
-    c->thread_started = 1;
     *out = c;
     return SLUICE_OK;
 }
@@ -1960,6 +2430,178 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
     return b;
 }
 
+/* release() must find room in out and acks without allocating; mu is held. */
+static int reserve_out(sluice_consumer *c)
+{
+    return grow((void **)&c->out, &c->out_cap, c->nout + 1, sizeof *c->out) ||
+           grow((void **)&c->acks, &c->ack_cap, c->nacks + c->nout + 1, sizeof *c->acks);
+}
+
+/* next() reached the end of c's epoch: the loop starts the next one; mu
+ * is held. Sets *wake when the loop must be woken. */
+static void end_epoch(sluice_consumer *c, int *wake)
+{
+    c->at_marker = 0;
+    c->st.epochs_ended++;
+    c->epoch++;
+    if (c->marker_last)
+        c->finished = 1;
+    c->advance_req = 1;
+    if (wake_needed(c))
+        *wake = 1;
+}
+
+/* Copies the last dead-letter note into errstr, unless errstr says
+ * something already; mu is held. */
+static void take_note(sluice_consumer *c)
+{
+    if (c->note_seq != c->note_seen) {
+        c->note_seen = c->note_seq;
+        if (!c->errstr[0])
+            snprintf(c->errstr, sizeof c->errstr, "%s", c->note);
+    }
+}
+
+/* One look at a group (mu held): SLUICE_OK with *out set, SLUICE_EOF, a
+ * child's error, or -1 when nothing is ready yet (*limit: when to look
+ * again at the latest, beyond the caller's deadline; *down: a child that
+ * is reconnecting). Children to wake go to g->wakes. */
+static int group_look(sluice_consumer *g, sluice_batch **out, int *nwake, int64_t *limit,
+                      sluice_consumer **down)
+{
+    int n = g->nparts;
+    if (g->finished)
+        return SLUICE_EOF;
+    uint32_t ep = g->epoch;
+    int left = 0;
+    /* The home partition first, then the others in turn from rr. */
+    for (int k = -1; k < n; k++) {
+        int p = k < 0 ? g->home : (g->rr + k) % n;
+        if (k >= 0 && p == g->home)
+            continue;
+        sluice_consumer *ch = g->part[p];
+        if (ch->finished || ch->epoch > ep)
+            continue;   /* done with ep: its next batches belong to a later epoch */
+        if (ch->fifo_len > 0) {
+            if (reserve_out(ch)) {
+                snprintf(g->errstr, sizeof g->errstr, "out of memory");
+                return SLUICE_ERR_NOMEM;
+            }
+            int wake = 0;
+            *out = pop_batch(ch, &wake);
+            if (wake)
+                g->wakes[(*nwake)++] = p;
+            if (p != g->home)
+                g->rr = (p + 1) % n;
+            return SLUICE_OK;
+        }
+        if (ch->at_marker) {
+            int wake = 0;
+            end_epoch(ch, &wake);
+            if (wake)
+                g->wakes[(*nwake)++] = p;
+            continue;
+        }
+        left++;
+    }
+    if (left == 0) {
+        /* Every partition ended epoch ep. */
+        g->epoch++;
+        g->st.epochs_ended++;
+        int fin = 1;
+        for (int p = 0; p < n && fin; p++)
+            fin = g->part[p]->finished && g->part[p]->epoch <= g->epoch;
+        g->finished = fin;
+        return SLUICE_EOF;
+    }
+    for (int p = 0; p < n; p++)
+        if (g->part[p]->fatal != SLUICE_OK) {
+            snprintf(g->errstr, sizeof g->errstr, "%s", g->part[p]->fatal_msg);
+            return g->part[p]->fatal;
+        }
+    int64_t now = sluicei_now_ms();
+    for (int p = 0; p < n; p++) {
+        sluice_consumer *ch = g->part[p];
+        if (ch->finished || !ch->down_since_ms)
+            continue;
+        if (!*down)
+            *down = ch;
+        if (ch->reconnect_timeout_ms > 0) {
+            int64_t give_up = ch->down_since_ms + ch->reconnect_timeout_ms;
+            if (now >= give_up) {
+                snprintf(g->errstr, sizeof g->errstr,
+                         "connection lost and not regained within %d ms: %.400s",
+                         ch->reconnect_timeout_ms, ch->down_why);
+                return SLUICE_ERR_IO;
+            }
+            if (*limit < 0 || give_up < *limit)
+                *limit = give_up;
+        }
+    }
+    return -1;
+}
+
+/* Wakes the loops of the children in g->wakes; mu is not held. */
+static void group_wake(sluice_consumer *g, int nwake)
+{
+    for (int i = 0; i < nwake; i++)
+        wake_write(g->part[g->wakes[i]]);
+}
+
+static sluice_err group_next(sluice_consumer *g, sluice_batch **out, int timeout_ms)
+{
+    g->errstr[0] = '\0';
+    int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
+    uint64_t t0 = 0;
+    sluice_err e;
+    int nwake = 0;
+    mu_lock(g);
+    for (;;) {
+        int64_t limit = deadline;
+        sluice_consumer *down = NULL;
+        int r = group_look(g, out, &nwake, &limit, &down);
+        if (r >= 0) {
+            e = (sluice_err)r;
+            break;
+        }
+        if (deadline >= 0 && sluicei_now_ms() >= deadline) {
+            if (down)
+                snprintf(g->errstr, sizeof g->errstr, "reconnecting: %.480s", down->down_why);
+            e = SLUICE_ERR_TIMEOUT;
+            break;
+        }
+        if (!t0)
+            t0 = mono_us();
+        /* The acks may be what a producer waits for to push more. */
+        for (int p = 0; p < g->nparts; p++)
+            if (g->part[p]->nacks && wake_needed(g->part[p]))
+                g->wakes[nwake++] = p;
+        if (nwake) {
+            /* Each child is in wakes at most once: wake_needed() says yes
+             * once until its loop ran. */
+            mu_unlock(g);
+            group_wake(g, nwake);
+            nwake = 0;
+            mu_lock(g);
+            continue;
+        }
+        g->waiting++;
+        if (limit < 0) {
+            pthread_cond_wait(&g->cv, &g->mu);
+        } else {
+            struct timespec ts = {(time_t)(limit / 1000), (long)(limit % 1000) * 1000000L};
+            pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        }
+        g->waiting--;
+    }
+    if (t0)
+        g->st.blocked_us += mono_us() - t0;
+    take_note(g);
+    mu_unlock(g);
+    group_wake(g, nwake);
+    return e;
+}
+
 sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int timeout_ms)
 {
     if (!out)
@@ -1967,16 +2609,16 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
     *out = NULL;
     if (!c)
         return SLUICE_ERR_INVALID;
+    if (c->nparts)
+        return group_next(c, out, timeout_ms);
     c->errstr[0] = '\0';
     int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
     uint64_t t0 = 0;
     sluice_err e;
     int wake = 0;
-    pthread_mutex_lock(&c->mu);
-    /* release() must find room in both arrays without allocating. */
-    if (grow((void **)&c->out, &c->out_cap, c->nout + 1, sizeof *c->out) ||
-        grow((void **)&c->acks, &c->ack_cap, c->nacks + c->nout + 1, sizeof *c->acks)) {
-        pthread_mutex_unlock(&c->mu);
+    mu_lock(c);
+    if (reserve_out(c)) {
+        mu_unlock(c);
         snprintf(c->errstr, sizeof c->errstr, "out of memory");
         return SLUICE_ERR_NOMEM;
     }
@@ -1991,13 +2633,7 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
             break;
         }
         if (c->at_marker) {
-            c->at_marker = 0;
-            c->st.epochs_ended++;
-            c->epoch++;
-            if (c->marker_last)
-                c->finished = 1;
-            c->advance_req = 1;
-            wake = wake_needed(c);
+            end_epoch(c, &wake);
             e = SLUICE_EOF;
             break;
         }
@@ -2029,9 +2665,9 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
             t0 = mono_us();
         if (c->nacks && wake_needed(c)) {
             /* The acks may be what a producer waits for to push more. */
-            pthread_mutex_unlock(&c->mu);
+            mu_unlock(c);
             wake_write(c);
-            pthread_mutex_lock(&c->mu);
+            mu_lock(c);
             continue;
         }
         c->waiting++;
@@ -2045,12 +2681,8 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
     }
     if (t0)
         c->st.blocked_us += mono_us() - t0;
-    if (c->note_seq != c->note_seen) {
-        c->note_seen = c->note_seq;
-        if (!c->errstr[0])
-            snprintf(c->errstr, sizeof c->errstr, "%s", c->note);
-    }
-    pthread_mutex_unlock(&c->mu);
+    take_note(c);
+    mu_unlock(c);
     if (wake)
         wake_write(c);
     return e;
@@ -2063,7 +2695,7 @@ void sluice_batch_ack(sluice_batch *b)
     sluice_consumer *c = b->consumer;
     if (c && !b->acked) {
         int wake = 0;
-        pthread_mutex_lock(&c->mu);
+        mu_lock(c);
         for (size_t i = 0; i < c->nout; i++)
             if (c->out[i].b == b) {
                 memcpy(c->acks[c->nacks++].s, c->out[i].rid, RID_MAX);
@@ -2072,7 +2704,7 @@ void sluice_batch_ack(sluice_batch *b)
                     wake = wake_needed(c);
                 break;
             }
-        pthread_mutex_unlock(&c->mu);
+        mu_unlock(c);
         if (wake)
             wake_write(c);
         b->acked = 1;
@@ -2089,21 +2721,16 @@ void sluice_consumer_close(sluice_consumer *c)
 {
     if (!c)
         return;
-    if (c->thread_started) {
-        pthread_mutex_lock(&c->mu);
-        c->closing = 1;
-        int wake = wake_needed(c);
-        pthread_mutex_unlock(&c->mu);
-        if (wake)
-            wake_write(c);
-        pthread_join(c->thread, NULL);
-    }
+    sluice_consumer **cs = c->nparts ? c->part : &c;
+    int n = c->nparts ? c->nparts : 1;
+    stop_loops(cs, n);
     /* Handed back by requeue (or, if Redis was out of reach, by the next
      * reap): acknowledging them later would be wrong. */
-    for (size_t i = 0; i < c->nout; i++) {
-        c->out[i].b->consumer = NULL;
-        c->out[i].b->acked = 1;
-    }
+    for (int k = 0; k < n; k++)
+        for (size_t i = 0; i < cs[k]->nout; i++) {
+            cs[k]->out[i].b->consumer = NULL;
+            cs[k]->out[i].b->acked = 1;
+        }
     free_consumer(c);
 }
 
@@ -2112,9 +2739,21 @@ void sluice_consumer_stats_get(const sluice_consumer *c, sluice_consumer_stats *
     if (!c || !st)
         return;
     sluice_consumer *m = (sluice_consumer *)c;   /* the mutex is not part of the value */
-    pthread_mutex_lock(&m->mu);
+    mu_lock(m);
     *st = c->st;
-    pthread_mutex_unlock(&m->mu);
+    /* A group: the sums of its partitions, but its own waiting and epochs. */
+    for (int p = 0; p < c->nparts; p++) {
+        const sluice_consumer_stats *s = &c->part[p]->st;
+        st->batches += s->batches;
+        st->records += s->records;
+        st->bytes += s->bytes;
+        st->redelivered += s->redelivered;
+        st->duplicates += s->duplicates;
+        st->padding += s->padding;
+        st->invalid += s->invalid;
+        st->reconnects += s->reconnects;
+    }
+    mu_unlock(m);
 }
 
 uint32_t sluice_consumer_epoch(const sluice_consumer *c)
@@ -2122,9 +2761,9 @@ uint32_t sluice_consumer_epoch(const sluice_consumer *c)
     if (!c)
         return 0;
     sluice_consumer *m = (sluice_consumer *)c;
-    pthread_mutex_lock(&m->mu);
+    mu_lock(m);
     uint32_t e = c->epoch;
-    pthread_mutex_unlock(&m->mu);
+    mu_unlock(m);
     return e;
 }
 
@@ -2133,9 +2772,9 @@ int sluice_consumer_finished(const sluice_consumer *c)
     if (!c)
         return 0;
     sluice_consumer *m = (sluice_consumer *)c;
-    pthread_mutex_lock(&m->mu);
+    mu_lock(m);
     int f = c->finished;
-    pthread_mutex_unlock(&m->mu);
+    mu_unlock(m);
     return f;
 }
 

@@ -36,6 +36,26 @@
  * caller holds; a batch's records point into the frame received from Redis
  * (no copy).
  *
+ * Partitioned queues (sluice-ctl create Q --partitions P): the consumer of
+ * Q is a group of P consumers, one per partition "Q#p", each with its own
+ * thread and connections to the Redis node that serves its partition, all
+ * under the same consumer id. next() takes from the consumer's home
+ * partition first (a coordinated rank's: rank mod P; a free consumer's:
+ * a hash of its id mod P) and from the others in turn when it has nothing
+ * ready. Each partition prefetches on its own: memory is bounded by
+ * P x prefetch batches ahead. Stats are the sums over the partitions
+ * (blocked_us and epochs_ended are the group's own).
+ *
+ * Redis Cluster: with a redis+cluster:// address (or a list of servers,
+ * redis://a:1,redis://b:2) each partition's consumer finds the node of its
+ * partition, and finds it again whenever a session fails, so a failover
+ * or a migrated slot is followed by reconnecting; redirections (MOVED,
+ * ASK, TRYAGAIN, CLUSTERDOWN...) are handled that way, never as errors.
+ * When the node has replicas (or the address says ?wait=N), the take of
+ * every batch is followed by WAIT (for at most as many replicas as are
+ * connected), so a batch is handed out only once its take reached a
+ * replica (or a second passed).
+ *
  * Thread-safety: next() is called by one thread at a time.
  * sluice_batch_release(), sluice_consumer_stats_get(), _epoch(), _finished()
  * and _id() may be called from any thread, also while another thread waits
@@ -71,7 +91,9 @@ typedef enum sluice_ack_mode {
 } sluice_ack_mode;
 
 typedef struct sluice_consumer_opts {
-    const char *redis_url;    /* redis://[user[:pass]@]host[:port][/db] or unix:///path[?db=N] */
+    const char *redis_url;    /* redis://[user[:pass]@]host[:port][/db], unix:///path[?db=N],
+                                 redis+cluster://[user[:pass]@]host:port[,host:port...]
+                                 or a list redis://a:1,redis://b:2 */
     const char *queue;        /* an existing queue (sluice-ctl create) */
     size_t max_batch_bytes;   /* larger frames are refused; 0: SLUICE_MAX_BATCH_BYTES_DEFAULT */
     int prefetch;             /* decoded batches held ready ahead of next(); 0: 4 */
@@ -87,12 +109,14 @@ typedef struct sluice_consumer_opts {
 /* Connects, checks that the queue exists and matches world (a coordinated
  * queue of N ranks needs world == N and 0 <= rank < N; a free queue needs
  * world 0), reads the job (the consumer starts at its first open epoch,
- * epoch 0 without a job) and starts the background thread. On SLUICE_OK
- * *out is a new consumer owned by the caller (sluice_consumer_close()). On
- * failure *out is NULL; when errbuf is not NULL it receives the reason
- * (errlen bytes, NUL-terminated): SLUICE_ERR_INVALID for bad options or a
- * world/rank that does not fit the queue, SLUICE_ERR_NOQUEUE, SLUICE_ERR_IO,
- * SLUICE_ERR_AUTH... o is not kept after the call. Thread-safe. */
+ * epoch 0 without a job) and starts the background thread (one per
+ * partition of a partitioned queue, which every call below treats as one
+ * consumer). On SLUICE_OK *out is a new consumer owned by the caller
+ * (sluice_consumer_close()). On failure *out is NULL; when errbuf is not
+ * NULL it receives the reason (errlen bytes, NUL-terminated):
+ * SLUICE_ERR_INVALID for bad options or a world/rank that does not fit the
+ * queue, SLUICE_ERR_NOQUEUE, SLUICE_ERR_IO, SLUICE_ERR_AUTH... o is not
+ * kept after the call. Thread-safe. */
 sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
                                 char *errbuf, size_t errlen);
 
@@ -108,7 +132,11 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
  * of the last epoch). A queue fed without a job has a single epoch 0 that
  * never ends. In a coordinated queue every rank gets the same number of
  * batches per epoch; with the remainder policy "pad" some are padding
- * copies (sluice_batch_is_padding()).
+ * copies (sluice_batch_is_padding()). In a partitioned queue an epoch ends
+ * when it ended in every partition: a partition whose end of the epoch was
+ * reached is not read again until then, so the rule above holds for the
+ * whole queue; a coordinated rank gets the same number of batches from
+ * each partition as every other rank.
  *
  * On SLUICE_OK *out belongs to the caller until sluice_batch_release(); its
  * records and tensors point into the batch and are valid until then. On any
