@@ -2442,7 +2442,8 @@ static int reserve_out(sluice_consumer *c)
 static void end_epoch(sluice_consumer *c, int *wake)
 {
     c->at_marker = 0;
-    c->st.epochs_ended++;
+    if (c->top == c)
+        c->st.epochs_ended++;   /* a group counts its own (see group_next) */
     c->epoch++;
     if (c->marker_last)
         c->finished = 1;
@@ -2507,7 +2508,9 @@ static int group_look(sluice_consumer *g, sluice_batch **out, int *nwake, int64_
     if (left == 0) {
         /* Every partition ended epoch ep. */
         g->epoch++;
-        g->st.epochs_ended++;
+        /* Published by the home partition's heartbeat, so that sluice-ctl,
+         * which sums the partitions, counts it once. */
+        g->part[g->home]->st.epochs_ended++;
         int fin = 1;
         for (int p = 0; p < n && fin; p++)
             fin = g->part[p]->finished && g->part[p]->epoch <= g->epoch;
@@ -2595,7 +2598,7 @@ static sluice_err group_next(sluice_consumer *g, sluice_batch **out, int timeout
         g->waiting--;
     }
     if (t0)
-        g->st.blocked_us += mono_us() - t0;
+        g->part[g->home]->st.blocked_us += mono_us() - t0;   /* as epochs_ended */
     take_note(g);
     mu_unlock(g);
     group_wake(g, nwake);
@@ -2741,9 +2744,12 @@ void sluice_consumer_stats_get(const sluice_consumer *c, sluice_consumer_stats *
     sluice_consumer *m = (sluice_consumer *)c;   /* the mutex is not part of the value */
     mu_lock(m);
     *st = c->st;
-    /* A group: the sums of its partitions, but its own waiting and epochs. */
+    /* A group: the sums of its partitions (its waiting and its epochs are
+     * counted in the home partition's). */
     for (int p = 0; p < c->nparts; p++) {
         const sluice_consumer_stats *s = &c->part[p]->st;
+        st->blocked_us += s->blocked_us;
+        st->epochs_ended += s->epochs_ended;
         st->batches += s->batches;
         st->records += s->records;
         st->bytes += s->bytes;
