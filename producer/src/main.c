@@ -16,7 +16,9 @@
 #include <sluice/producer.h>
 
 #include "checksum.h"
+#include "cluster.h"
 #include "metrics.h"
+#include "producer_internal.h"
 #include "proto.h"
 #include "reader.h"
 #include "transform.h"
@@ -50,6 +52,9 @@
 #define METRICS_REDIS_TIMEOUT_MS 2000
 /* Longest producer id (producer.h). */
 #define MAX_PRODUCER_ID 64
+
+/* A task given back because its partition is at its budget (run_task). */
+#define HANDED_BACK "handed back: its partition is at its budget while another has room"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -88,10 +93,22 @@ static void usage(FILE *f)
             "A task whose reader or --exec command fails is retried (by any producer) up\n"
             "to the job's --max-attempts, then recorded as failed (sluice-ctl info).\n"
             "\n"
+            "Partitioned queues (sluice-ctl create Q --partitions P): every batch of a task\n"
+            "goes to the task's partition. A claim prefers partitions below their budget.\n"
+            "When the task's partition is at its budget while another partition has room\n"
+            "and waiting tasks, the producer hands the task back with its resume point\n"
+            "(whoever claims it again skips the batches stored already) and claims the\n"
+            "next. Files mode: each FILE goes to the next partition in turn.\n"
+            "\n"
             "  --redis URL        redis://[user[:password]@]host[:port][/db] or\n"
-            "                     unix:///path/to/redis.sock[?db=N]; default: $SLUICE_REDIS_URL,\n"
-            "                     else " DEFAULT_URL ". A password may come from\n"
-            "                     $SLUICE_REDIS_PASSWORD instead of the URL.\n"
+            "                     unix:///path/to/redis.sock[?db=N]; a Redis Cluster:\n"
+            "                     redis+cluster://[user[:password]@]host:port[,host:port...];\n"
+            "                     independent servers: redis://a:1,redis://b:2 (partition p\n"
+            "                     on server p mod n); ?wait=N: every push waits for N\n"
+            "                     replicas.\n"
+            "                     Default: $SLUICE_REDIS_URL, else " DEFAULT_URL ".\n"
+            "                     A password may come from $SLUICE_REDIS_PASSWORD instead of\n"
+            "                     the URL.\n"
             "  --queue Q          the queue to push into (create it with: sluice-ctl create Q)\n"
             "  --format F         files mode: input format (default tfrecord):\n");
     const sluicei_reader_format *fmt;
@@ -317,7 +334,10 @@ typedef struct pmetrics {
     _Atomic uint64_t full_waits, reconnects;
     _Atomic int64_t depth, qbytes, max_batches, max_bytes;   /* -1: not read yet */
     atomic_int redis_up;                 /* the last refresh reached Redis */
-    sluicei_conn *conn;                  /* refresher thread only; closed by main */
+    /* Refresher thread only; closed by main after the thread ended. */
+    sluicei_router *router;
+    int nparts;                          /* the queue's partitions (0: plain), once known */
+    int nparts_known;
 } pmetrics;
 
 typedef struct run {
@@ -331,6 +351,7 @@ typedef struct run {
     counts total;              /* files mode: everything; job mode: tasks completed */
     counts live;               /* pushed so far, for the progress line */
     uint64_t tasks_done, tasks_failed, tasks_lost;
+    uint64_t tasks_handed_back;  /* partition at its budget: handed back to resume later */
     sluice_err push_err;       /* the code of the last failed push or flush */
     int progress_shown;
     char err[1024];            /* the last reader or transform error */
@@ -566,6 +587,11 @@ static int run_files(run *r, batch *b)
         const char *const *paths = (const char *const *)cf->files + g * group;
         sluicei_reader *rd;
         uint64_t nread = 0;
+        /* A partitioned queue: each file to the next partition. */
+        if (g > 0 && sluicei_producer_new_adhoc(r->p) != SLUICE_OK) {
+            push_failed = 1;
+            break;
+        }
         if (open_input(r, &rd, cf->format, paths, group, 0, UINT64_MAX) != SLUICE_OK) {
             say(r, PROG ": %s\n", r->err);
             failed = 1;
@@ -686,6 +712,14 @@ static int run_task(run *r, batch *b, sluice_task *t)
                     c.batches, mono_s() - t0);
             return 0;
         }
+        if (e == SLUICE_ERR_FULL) {
+            /* Its last batches found its partition at its budget while
+             * another has room: handed back with its resume point. */
+            r->tasks_handed_back++;
+            if (!r->cf->quiet)
+                say(r, "task %s (%s): %s\n", key, what, HANDED_BACK);
+            return 0;
+        }
         if (lease_lost(r->p)) {
             r->tasks_lost++;
             if (!r->cf->quiet)
@@ -712,6 +746,19 @@ static int run_task(run *r, batch *b, sluice_task *t)
     /* A push failed (r->push_err). */
     char why[1024];
     snprintf(why, sizeof why, "%s", sluice_producer_errstr(r->p));
+    if (r->push_err == SLUICE_ERR_FULL) {
+        /* Its partition is at its budget while another has room and
+         * waiting tasks: hand it back (with its resume point) and claim
+         * the next, which prefers a partition with room. */
+        e = sluice_producer_task_release(r->p, t);
+        if (e == SLUICE_OK)
+            r->tasks_handed_back++;
+        if (e == SLUICE_OK && !r->cf->quiet)
+            say(r, "task %s (%s): %s\n", key, what, HANDED_BACK);
+        else if (e != SLUICE_OK)
+            say(r, PROG ": task %s (%s): %s\n", key, what, sluice_producer_errstr(r->p));
+        return e == SLUICE_OK || lease_lost(r->p) ? 0 : EXIT_RUNTIME;
+    }
     if (lease_lost(r->p)) {
         sluice_producer_task_release(r->p, t);   /* only frees it: it is not ours */
         r->tasks_lost++;
@@ -793,84 +840,112 @@ static int run_job(run *r, batch *b)
 
 /* ---- metrics (--metrics-addr) -------------------------------------------- */
 
-/* Runs a command whose reply is an integer, a decimal string or nil (-1).
+/* Runs a command on the node of queue q whose reply is an integer, a
+ * decimal string or nil (-1), and adds its value to *sum (unless -1).
  * Returns 0, or -1 when the command failed. */
-static int redis_int(sluicei_conn *c, int argc, const char **argv, int64_t *out)
+static int redis_add(pmetrics *pm, const char *q, int64_t deadline, int argc, const char **argv,
+                     int64_t *sum)
 {
     redisReply *r = NULL;
-    sluice_err e = sluicei_conn_commandargv(c, &r, argc, argv, NULL);
+    sluice_err e = sluicei_router_command(pm->router, q, deadline, &r, argc, argv, NULL);
     int rc = -1;
     if (e == SLUICE_OK) {
+        int64_t v = -1;
         rc = 0;
         if (r->type == REDIS_REPLY_INTEGER)
-            *out = r->integer;
+            v = r->integer;
         else if (r->type == REDIS_REPLY_STRING)
-            *out = strtoll(r->str, NULL, 10);
-        else
-            *out = -1;
+            v = strtoll(r->str, NULL, 10);
+        if (v >= 0)
+            *sum = *sum < 0 ? v : *sum + v;
     }
     if (r)
         freeReplyObject(r);
     return rc;
 }
 
-/* Refresher thread, every METRICS_REFRESH_MS: the queue's depth, bytes and
- * budgets, and this producer's published counters. A failure only
- * shows as sluice_producer_metrics_redis_up 0: the producer itself reports
- * what is wrong with Redis. */
-static void pm_refresh(void *arg)
+/* Reads one queue (a plain queue or a partition) into the sums: its
+ * budgets, depth, bytes and this producer's published counters. */
+static int pm_read(pmetrics *pm, const char *q, int64_t deadline, int64_t v[4],
+                   uint64_t published[PC_COUNT])
 {
-    pmetrics *pm = arg;
-    char err[512];
-    if (!pm->conn) {
-        if (sluicei_conn_open(&pm->conn, pm->url, METRICS_REDIS_TIMEOUT_MS,
-                              METRICS_REDIS_TIMEOUT_MS, err, sizeof err) != SLUICE_OK) {
-            atomic_store(&pm->redis_up, 0);
-            return;
-        }
-    } else if (!pm->conn->ctx &&
-               sluicei_conn_reconnect(pm->conn, sluicei_now_ms() + METRICS_REDIS_TIMEOUT_MS,
-                                      NULL) != SLUICE_OK) {
-        atomic_store(&pm->redis_up, 0);
-        return;
-    }
     char k_meta[SLUICE_MAX_KEY], k_dlv[SLUICE_MAX_KEY], k_bytes[SLUICE_MAX_KEY];
     char k_pstats[SLUICE_MAX_KEY + MAX_PRODUCER_ID + 8];
-    sluicei_key(k_meta, pm->queue, "meta");
+    sluicei_key(k_meta, q, "meta");
     /* dlv holds one entry per batch the queue holds (queued or delivered
      * and not yet acknowledged): the depth the budgets count. */
-    sluicei_key(k_dlv, pm->queue, "dlv");
-    sluicei_key(k_bytes, pm->queue, "bytes");
-    int64_t maxn = -1, maxb = -1, depth = -1, bytes = -1;
+    sluicei_key(k_dlv, q, "dlv");
+    sluicei_key(k_bytes, q, "bytes");
     const char *a_maxn[3] = {"HGET", k_meta, "max_batches"};
     const char *a_maxb[3] = {"HGET", k_meta, "max_bytes"};
     const char *a_depth[2] = {"HLEN", k_dlv};
     const char *a_bytes[2] = {"GET", k_bytes};
-    int ok = redis_int(pm->conn, 3, a_maxn, &maxn) == 0 &&
-             redis_int(pm->conn, 3, a_maxb, &maxb) == 0 &&
-             redis_int(pm->conn, 2, a_depth, &depth) == 0 &&
-             redis_int(pm->conn, 2, a_bytes, &bytes) == 0;
+    int ok = redis_add(pm, q, deadline, 3, a_maxn, &v[0]) == 0 &&
+             redis_add(pm, q, deadline, 3, a_maxb, &v[1]) == 0 &&
+             redis_add(pm, q, deadline, 2, a_depth, &v[2]) == 0 &&
+             redis_add(pm, q, deadline, 2, a_bytes, &v[3]) == 0;
     if (ok && atomic_load_explicit(&pm->id_set, memory_order_acquire)) {
         char name[MAX_PRODUCER_ID + 8];
         snprintf(name, sizeof name, "pstats:%s", pm->id);
-        sluicei_key(k_pstats, pm->queue, name);
+        sluicei_key(k_pstats, q, name);
         const char *argv[2 + PC_COUNT] = {"HMGET", k_pstats};
         for (int i = 0; i < PC_COUNT; i++)
             argv[2 + i] = pc_field[i];
         redisReply *r = NULL;
-        ok = sluicei_conn_commandargv(pm->conn, &r, 2 + PC_COUNT, argv, NULL) == SLUICE_OK &&
+        ok = sluicei_router_command(pm->router, q, deadline, &r, 2 + PC_COUNT, argv, NULL) ==
+                 SLUICE_OK &&
              r->type == REDIS_REPLY_ARRAY && r->elements == PC_COUNT;
         for (int i = 0; ok && i < PC_COUNT; i++)
             if (r->element[i]->type == REDIS_REPLY_STRING)
-                atomic_store(&pm->published[i], strtoull(r->element[i]->str, NULL, 10));
+                published[i] += strtoull(r->element[i]->str, NULL, 10);
         if (r)
             freeReplyObject(r);
     }
+    return ok;
+}
+
+/* Refresher thread, every METRICS_REFRESH_MS: the queue's depth, bytes and
+ * budgets, and this producer's published counters (a partitioned queue:
+ * the sums over its partitions). A failure only shows as
+ * sluice_producer_metrics_redis_up 0: the producer itself reports what is
+ * wrong with Redis. */
+static void pm_refresh(void *arg)
+{
+    pmetrics *pm = arg;
+    char err[512];
+    int64_t deadline = sluicei_now_ms() + METRICS_REDIS_TIMEOUT_MS;
+    if (!pm->router && sluicei_router_open(&pm->router, pm->url, METRICS_REDIS_TIMEOUT_MS,
+                                           METRICS_REDIS_TIMEOUT_MS, err, sizeof err) != SLUICE_OK) {
+        atomic_store(&pm->redis_up, 0);
+        return;
+    }
+    if (!pm->nparts_known) {
+        if (sluicei_queue_partitions(pm->router, pm->queue, &pm->nparts, err, sizeof err) !=
+            SLUICE_OK) {
+            atomic_store(&pm->redis_up, 0);
+            return;
+        }
+        pm->nparts_known = 1;
+    }
+    int64_t v[4] = {-1, -1, -1, -1};   /* max_batches, max_bytes, depth, bytes */
+    uint64_t published[PC_COUNT] = {0};
+    int ok = 1;
+    for (int k = 0; ok && k < (pm->nparts ? pm->nparts : 1); k++) {
+        char q[SLUICE_MAX_QUEUE_NAME + 8];
+        if (pm->nparts)
+            sluicei_partition_name(q, pm->queue, k);
+        else
+            snprintf(q, sizeof q, "%s", pm->queue);
+        ok = pm_read(pm, q, deadline, v, published);
+    }
     if (ok) {
-        atomic_store(&pm->max_batches, maxn);
-        atomic_store(&pm->max_bytes, maxb);
-        atomic_store(&pm->depth, depth);
-        atomic_store(&pm->qbytes, bytes < 0 ? 0 : bytes);
+        for (int i = 0; i < PC_COUNT; i++)
+            if (published[i] > atomic_load(&pm->published[i]))
+                atomic_store(&pm->published[i], published[i]);
+        atomic_store(&pm->max_batches, v[0]);
+        atomic_store(&pm->max_bytes, v[1]);
+        atomic_store(&pm->depth, v[2]);
+        atomic_store(&pm->qbytes, v[3] < 0 ? 0 : v[3]);
     }
     atomic_store(&pm->redis_up, ok);
 }
@@ -1154,7 +1229,7 @@ int main(int argc, char **argv)
     if (e != SLUICE_OK) {
         fprintf(stderr, PROG ": %s\n", err);
         sluicei_metrics_close(ms);
-        sluicei_conn_close(pm.conn);
+        sluicei_router_close(pm.router);
         sluicei_transform_close(r.tf);
         free(cf.files);
         /* A malformed --redis URL or queue name is a usage error. */
@@ -1193,13 +1268,16 @@ int main(int argc, char **argv)
                     r.tasks_failed);
             if (r.tasks_lost)
                 fprintf(stderr, ", %" PRIu64 " lost to the reaper", r.tasks_lost);
+            if (r.tasks_handed_back)
+                fprintf(stderr, ", %" PRIu64 " handed back for lack of room",
+                        r.tasks_handed_back);
         }
         fputc('\n', stderr);
     }
     batch_free(&b);
     /* The threads end before what they read goes. */
     sluicei_metrics_close(ms);
-    sluicei_conn_close(pm.conn);
+    sluicei_router_close(pm.router);
     sluice_producer_close(r.p);
     sluicei_transform_close(r.tf);
     free(cf.files);

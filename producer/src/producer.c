@@ -41,10 +41,38 @@
  * due, a push first settles the pipeline (once a second at most, so the
  * pipelining is barely touched). It also runs inside every wait for room
  * and for a task, and in sluice_producer_flush(), which a caller doing long
- * work between pushes can call to keep its lease. */
+ * work between pushes can call to keep its lease.
+ *
+ * Partitioned queues (cluster.h). The producer of a queue Q with P
+ * partitions is a group: it has no connection of its own, and one child
+ * producer per partition "Q#p" (same id), each with its own connection to
+ * the node serving it, all resolved by the group's router. A child is an
+ * ordinary producer of its partition; the group only chooses which child
+ * works: a claimed task's child (every batch of a task goes to the task's
+ * partition, where duplicates are dropped), or, for ad-hoc pushes, the
+ * partitions in turn from home = hash(id) mod P. Only the working child
+ * has pushes in flight; the others are idle, so that the group may use
+ * their connections at any time (claims, heartbeats, probes for room).
+ * A child holding a task whose partition is at its budget while another
+ * partition has room and waiting tasks stops pushing with SLUICE_ERR_FULL
+ * ("spilled"): the batches not stored are dropped from the ring and the
+ * first of them is the task's resume point, handed back with the task;
+ * whoever claims it again skips the batches before it.
+ *
+ * Redis Cluster. A routed connection (one with a resolver) that gets a
+ * retryable error reply (MOVED, TRYAGAIN, a script's migration guard...)
+ * is dropped, so that the next connect asks the router where the queue
+ * lives now, and the command is sent again after a pause that doubles
+ * from 100 ms to 2 s; only after reconnect_timeout_ms of that is it an
+ * error. With url.wait_replicas > 0 every push group is followed by a
+ * WAIT, and a group counts as stored only when the WAIT answered (a WAIT
+ * that times out is no error: the group is stored, only not known to be
+ * on a replica yet); so is every task_done. */
 #include <sluice/producer.h>
 
+#include "cluster.h"
 #include "conn.h"
+#include "producer_internal.h"
 #include "proto.h"
 #include "wire.h"
 
@@ -84,6 +112,19 @@
 #define LEASE_MS_DEFAULT 10000
 /* Longest wait on task_wake before claiming again (each claim reaps). */
 #define TASK_WAIT_S 1
+/* A partitioned queue: one round of waiting on every partition's
+ * task_wake at once (a token on one ends the round only after this). */
+#define GROUP_TASK_WAIT_MS 200
+/* A partitioned queue: how long a task's partition must refuse pushes for
+ * lack of room before the task is left for another partition with room
+ * (so that a partition that drains at once does not make tasks hop). */
+#define SPILL_AFTER_MS 200
+/* Pause after a retryable error reply on a routed connection: doubles
+ * from the first to the second. */
+#define REDIRECT_PAUSE_MS 100
+#define REDIRECT_PAUSE_MAX_MS 2000
+/* A partition's name "Q#p" (proto.h). */
+#define QUEUE_NAME_MAX (SLUICE_MAX_QUEUE_NAME + 8)
 
 enum slot_state {
     SLOT_OPEN,       /* encoded, in the group being filled, not sent yet */
@@ -106,8 +147,8 @@ typedef struct slot {
 } slot;
 
 struct sluice_producer {
-    sluicei_conn *conn;
-    char queue[SLUICE_MAX_QUEUE_NAME + 1];
+    sluicei_conn *conn;                /* NULL in a group (partitioned queue) */
+    char queue[QUEUE_NAME_MAX];
     char room_key[SLUICE_MAX_KEY];
     char meta_key[SLUICE_MAX_KEY];
     char in_prefix[SLUICE_MAX_KEY];    /* "sluice:{Q}:in:" */
@@ -151,6 +192,39 @@ struct sluice_producer {
     int lease_lost;                    /* task_renew said it is no longer ours */
     int64_t beat_ms;                   /* monotonic time of the last heartbeat; 0: never */
     char task_wake_key[SLUICE_MAX_KEY];
+    uint64_t resume;                   /* task held: its batches below this seq are stored
+                                          already (task_claim): they are skipped */
+    int may_spill;                     /* inside a push: settling may end in a spill */
+    int spilled;                       /* the task held was spilled (see the top) */
+    uint64_t spill_resume;             /* then: the first of its batches not stored */
+    uint64_t lost_from;                /* task held: the first of its batches given up
+                                          after an error (abandon()); UINT64_MAX: none */
+
+    /* Cluster: retryable error replies (see the top). */
+    int redirected;                    /* a group was refused by one: drop the connection */
+    char redirect_msg[200];            /* that reply */
+    int64_t redirect_since;            /* monotonic start of the present series; 0: none */
+    int redirect_pause_ms;             /* the pause before the next try */
+    redisReply *exec_reply;            /* with WAIT: the oldest group's EXEC reply, applied
+                                          when its WAIT answered */
+
+    /* Routing: the router that resolves this producer's connections (and
+     * its children's); NULL on one plain server. Owned by the outermost
+     * producer and closed after every connection bound to it. */
+    sluicei_router *router;
+    /* A group: the children, one per partition. */
+    sluice_producer **part;
+    int nparts;
+    int home;                          /* hash(id) mod nparts */
+    int cur;                           /* the working child */
+    int rr;                            /* the child of the next ad-hoc task */
+    int64_t beat_due_ms;               /* the next heartbeat due among idle children */
+    /* A child: */
+    sluice_producer *group;            /* its group, or NULL for a plain producer */
+    int active;                        /* claimed or pushed here: it beats */
+    int probe;                         /* a probe or wait is under way on its connection */
+    int64_t conn_tried_ms;             /* last quick reconnect (idle_connected()) */
+    char claim_kind[16];               /* its last task_claim answer (group_claim) */
 };
 
 /* A claimed task and the strings it points to, in one allocation. */
@@ -206,6 +280,57 @@ static int transient_error(const char *msg)
     return starts_with(msg, "LOADING") || starts_with(msg, "BUSY") ||
            starts_with(msg, "TRYAGAIN") || starts_with(msg, "MASTERDOWN") ||
            starts_with(msg, "NOSCRIPT");
+}
+
+/* A retryable error reply (cluster.h) on a routed connection: the
+ * queue's data is elsewhere, or about to be. A connection to one plain
+ * server has no resolver: there these errors keep their old meaning. */
+static int redirect_error(const sluice_producer *p, const char *msg)
+{
+    return p->conn && p->conn->resolve && msg && sluicei_cluster_retryable(msg, strlen(msg));
+}
+
+/* A command went through: the series of retryable errors, if any, ended. */
+static void redirect_over(sluice_producer *p)
+{
+    p->redirect_since = 0;
+    p->redirect_pause_ms = 0;
+}
+
+/* After a retryable error reply msg to `what` on a routed connection:
+ * drops the connection, so that the next connect (recover()) asks the
+ * router where the queue lives now, and pauses (doubling, see the top).
+ * SLUICE_ERR_REDIS (errstr set) once the series lasted longer than
+ * reconnect_timeout_ms (when set); SLUICE_ERR_IO when stopped. */
+static sluice_err redirect_pause(sluice_producer *p, const char *what, const char *msg)
+{
+    int64_t now = sluicei_now_ms();
+    if (p->redirect_since == 0) {
+        p->redirect_since = now;
+    } else if (p->reconnect_timeout_ms > 0 &&
+               now - p->redirect_since >= p->reconnect_timeout_ms) {
+        seterr(p, "%s: redis: %.200s (answered for %lld ms, longer than the reconnect "
+               "timeout)", what, msg, (long long)(now - p->redirect_since));
+        redirect_over(p);
+        return SLUICE_ERR_REDIS;
+    }
+    p->redirect_pause_ms = p->redirect_pause_ms == 0 ? REDIRECT_PAUSE_MS
+                           : p->redirect_pause_ms >= REDIRECT_PAUSE_MAX_MS / 2
+                               ? REDIRECT_PAUSE_MAX_MS
+                               : p->redirect_pause_ms * 2;
+    if (p->conn->ctx) {
+        redisFree(p->conn->ctx);
+        p->conn->ctx = NULL;
+    }
+    snprintf(p->conn->errstr, sizeof p->conn->errstr, "%s: redis: %.400s", what, msg);
+    for (int64_t end = now + p->redirect_pause_ms; (now = sluicei_now_ms()) < end;) {
+        if (stopped(p)) {
+            seterr(p, "%s: stopped while the queue's node was changing (%.200s)", what, msg);
+            return SLUICE_ERR_IO;
+        }
+        sleep_ms(end - now > 50 ? 50 : (int)(end - now));
+    }
+    return SLUICE_OK;
 }
 
 /* ---- sending ---------------------------------------------------------- */
@@ -308,6 +433,7 @@ static sluice_err write_all(sluice_producer *p, struct iovec *iov, int n)
 /* Builds the request for the group m[0..k) (batches of one task), one
  * transaction:
  *   MULTI / MSET in:<id> <frame> ... / EVALSHA push 1 meta <e t s s...> / EXEC
+ * and, when the connection's url asks for it, WAIT <replicas> <ms>,
  * as p->iov[0..*n): pieces of p->req around the slots' frames, which go to
  * the socket without a copy. Changes nothing else. */
 static sluice_err build_group(sluice_producer *p, slot **m, int k, int *n)
@@ -344,6 +470,15 @@ static sluice_err build_group(sluice_producer *p, slot **m, int k, int *n)
     }
     if (e == SLUICE_OK)
         e = bprintf(b, "*1\r\n$4\r\nEXEC\r\n");
+    if (e == SLUICE_OK && c->url.wait_replicas > 0) {
+        snprintf(num, sizeof num, "%d", c->url.wait_replicas);
+        e = bprintf(b, "*3\r\n$4\r\nWAIT\r\n");
+        if (e == SLUICE_OK)
+            e = bbulk(b, num);
+        snprintf(num, sizeof num, "%d", SLUICEI_WAIT_MS);
+        if (e == SLUICE_OK)
+            e = bbulk(b, num);
+    }
     if (e != SLUICE_OK) {
         snprintf(c->errstr, sizeof c->errstr, "building a push: %s", sluice_strerror(e));
         return e;
@@ -420,6 +555,10 @@ static sluice_err recover(sluice_producer *p)
         p->reload_scripts = 0;   /* reconnect loaded them */
         p->rstep = 0;
         p->qerr[0] = '\0';
+        if (p->exec_reply) {
+            freeReplyObject(p->exec_reply);   /* its group is sent again */
+            p->exec_reply = NULL;
+        }
         for (uint64_t g = p->gid_read; g < p->gid_next && e == SLUICE_OK; g++) {
             slot *m[GROUP_MAX];
             int k = members(p, g, m);
@@ -482,6 +621,11 @@ static enum slot_state group_error_kind(sluice_producer *p, const char *msg)
     if (starts_with(msg, "OOM")) {
         p->oom = 1;
         return SLOT_FULL;
+    }
+    if (redirect_error(p, msg)) {
+        p->redirected = 1;
+        snprintf(p->redirect_msg, sizeof p->redirect_msg, "%s", msg);
+        return SLOT_TRANSIENT;
     }
     if (transient_error(msg)) {
         if (starts_with(msg, "NOSCRIPT"))
@@ -565,6 +709,7 @@ static sluice_err finish_group(sluice_producer *p, const redisReply *r, int say)
             seterr(p, "push %s: redis: %s", k ? m[0]->idstr : "?", err);
         return code;
     }
+    redirect_over(p);
     if (!sr || sr->type != REDIS_REPLY_ARRAY || sr->elements != (size_t)k) {
         for (int i = 0; i < k; i++)
             set_state(p, m[i], SLOT_FAILED);
@@ -582,20 +727,34 @@ static sluice_err finish_group(sluice_producer *p, const redisReply *r, int say)
     return first;
 }
 
-/* Consumes reply r (owned by the caller) of the oldest group: the
- * MULTI, MSET and EVALSHA replies only say "queued" (or why not); the
- * fourth, EXEC's, carries the outcome. */
-static sluice_err take_reply(sluice_producer *p, const redisReply *r, int say)
+/* Consumes reply r (and frees it) of the oldest group: the MULTI, MSET
+ * and EVALSHA replies only say "queued" (or why not); the fourth, EXEC's,
+ * carries the outcome, which counts at once, or, when the group ends in a
+ * WAIT, once the WAIT answered (with the number of replicas that have the
+ * group: fewer than asked, after its timeout, is no error). */
+static sluice_err take_reply(sluice_producer *p, redisReply *r, int say)
 {
     if (p->rstep < 3) {
         if (r->type == REDIS_REPLY_ERROR && !p->qerr[0])
             snprintf(p->qerr, sizeof p->qerr, "%s", r->str);
         p->rstep++;
+        freeReplyObject(r);
         return SLUICE_OK;
+    }
+    if (p->rstep == 3 && p->conn->url.wait_replicas > 0) {
+        p->exec_reply = r;
+        p->rstep++;
+        return SLUICE_OK;
+    }
+    if (p->rstep == 4) {
+        freeReplyObject(r);
+        r = p->exec_reply;
+        p->exec_reply = NULL;
     }
     p->rstep = 0;
     sluice_err e = finish_group(p, r, say);
     p->qerr[0] = '\0';
+    freeReplyObject(r);
     return e;
 }
 
@@ -634,9 +793,7 @@ static sluice_err read_one(sluice_producer *p)
         seterr(p, "push: %s", p->conn->errstr);
         return e;
     }
-    e = take_reply(p, r, 1);
-    freeReplyObject(r);
-    return e;
+    return take_reply(p, r, 1);
 }
 
 /* Consumes the replies that have arrived, without waiting. */
@@ -653,7 +810,6 @@ static sluice_err read_ready(sluice_producer *p)
         }
         if (r) {
             sluice_err e = take_reply(p, r, 1);
-            freeReplyObject(r);
             if (e != SLUICE_OK)
                 return e;
             continue;
@@ -689,14 +845,17 @@ static void abandon(sluice_producer *p)
 {
     uint64_t dropped = 0, failed = 0;
     /* The failed push itself is not counted: errstr names it. */
-    for (int i = 0; i < p->used; i++)
-        failed += slot_at(p, i)->state == SLOT_FAILED;
+    for (int i = 0; i < p->used; i++) {
+        slot *s = slot_at(p, i);
+        failed += s->state == SLOT_FAILED;
+        if (p->task_held && s->state != SLOT_DONE && s->id.seq < p->lost_from)
+            p->lost_from = s->id.seq;
+    }
     while (p->nsent > 0 && p->conn->ctx) {
         redisReply *r = NULL;
         if (sluicei_conn_read_reply(p->conn, &r) == SLUICE_ERR_IO || !r)
             break;
         take_reply(p, r, 0);
-        freeReplyObject(r);
     }
     for (int i = 0; i < p->used; i++)
         dropped += slot_at(p, i)->state != SLOT_DONE;
@@ -706,6 +865,10 @@ static void abandon(sluice_producer *p)
     p->gid_read = p->gid_next;
     p->rstep = 0;
     p->qerr[0] = '\0';
+    if (p->exec_reply) {
+        freeReplyObject(p->exec_reply);
+        p->exec_reply = NULL;
+    }
     if (dropped) {
         size_t n = strlen(p->errstr);
         snprintf(p->errstr + n, sizeof p->errstr - n, " (%" PRIu64 " other unconfirmed batch%s dropped)",
@@ -716,8 +879,11 @@ static void abandon(sluice_producer *p)
 /* ---- housekeeping: task lease and heartbeat -------------------------------- */
 
 /* Runs script id with nothing in flight, regaining a lost connection (and
- * running the script again) as pushes do. Same contract as
- * sluicei_script_run(); *resent tells whether it was sent more than once. */
+ * running the script again) as pushes do, and following the queue to
+ * another node after a retryable error reply (the script did not run:
+ * docs/PROTOCOL.md, "Redis Cluster"). Same contract as
+ * sluicei_script_run(); *resent tells whether it was sent more than once
+ * after a lost connection (the first call may have run). */
 static sluice_err run_script(sluice_producer *p, sluicei_script_id id, int argc,
                              const char **argv, redisReply **out, int *resent)
 {
@@ -725,13 +891,42 @@ static sluice_err run_script(sluice_producer *p, sluicei_script_id id, int argc,
         *resent = 0;
     for (;;) {
         sluice_err e = sluicei_script_run(p->conn, id, p->queue, argc, argv, NULL, out);
-        if (e != SLUICE_ERR_IO)
+        if (*out && (*out)->type == REDIS_REPLY_ERROR && redirect_error(p, (*out)->str)) {
+            char msg[sizeof p->redirect_msg];
+            snprintf(msg, sizeof msg, "%s", (*out)->str);
+            freeReplyObject(*out);
+            *out = NULL;
+            if ((e = redirect_pause(p, sluicei_script_name(id), msg)) != SLUICE_OK ||
+                (e = recover(p)) != SLUICE_OK) {
+                snprintf(p->conn->errstr, sizeof p->conn->errstr, "%s", p->errstr);
+                return e;
+            }
+            continue;
+        }
+        if (e != SLUICE_ERR_IO) {
+            if (*out)
+                redirect_over(p);
             return e;
+        }
         if ((e = recover(p)) != SLUICE_OK)
             return e;
         if (resent)
             *resent = 1;
     }
+}
+
+/* WAIT for the url's replicas after a write that was run as a plain
+ * command (task_done): its outcome does not matter (a timeout is no
+ * error), only that the write had the chance to reach a replica. */
+static void wait_replicas(sluice_producer *p)
+{
+    if (!p->conn->ctx || p->conn->url.wait_replicas <= 0)
+        return;
+    redisReply *r = NULL;
+    sluicei_conn_command(p->conn, &r, "WAIT %d %d", p->conn->url.wait_replicas,
+                         SLUICEI_WAIT_MS);
+    if (r)
+        freeReplyObject(r);
 }
 
 static void wall_ms_str(char *out, size_t n)
@@ -770,6 +965,11 @@ static sluice_err beat(sluice_producer *p, int may_reconnect)
     sluice_err e = may_reconnect ? run_script(p, SLUICEI_SCRIPT_BEAT, 16, argv, &r, NULL)
                                  : sluicei_script_run(p->conn, SLUICEI_SCRIPT_BEAT, p->queue, 16,
                                                       argv, NULL, &r);
+    if (r && r->type == REDIS_REPLY_ERROR && redirect_error(p, r->str) && p->conn->ctx) {
+        /* The partition moved: the next connect finds it (idle_connected()). */
+        redisFree(p->conn->ctx);
+        p->conn->ctx = NULL;
+    }
     if (r)
         freeReplyObject(r);
     p->beat_ms = sluicei_now_ms();
@@ -817,11 +1017,176 @@ static sluice_err lease_lost_error(sluice_producer *p)
     return SLUICE_ERR_IO;
 }
 
+/* ---- partitions: heartbeats and spilling ------------------------------- */
+
+/* Whether idle child c has a connection: one that was lost (a node that
+ * died or moved, a redirect) gets one quick attempt to connect again, at
+ * most once a beat and without waiting, so that the group's probes and
+ * heartbeats neither stall on a dead node nor lose a partition for good
+ * (the child regains it with patience when it works again). */
+static int idle_connected(sluice_producer *c)
+{
+    if (c->conn->ctx)
+        return 1;
+    int64_t now = sluicei_now_ms();
+    if (c->conn_tried_ms != 0 && now - c->conn_tried_ms < BEAT_MS)
+        return 0;
+    c->conn_tried_ms = now;
+    if (sluicei_conn_reconnect(c->conn, now, NULL) != SLUICE_OK)
+        return 0;
+    c->reload_scripts = 0;   /* the reconnect loaded them */
+    c->st.reconnects = c->conn->reconnects;
+    return 1;
+}
+
+/* Beats, when due, every child of group g that worked (claimed or pushed)
+ * and is idle (nothing in its ring), except skip: so that sluice-ctl info
+ * of each partition this producer uses sees it alive. */
+static void group_beat(sluice_producer *g, const sluice_producer *skip)
+{
+    int64_t now = sluicei_now_ms();
+    if (now < g->beat_due_ms)
+        return;
+    int64_t next = now + BEAT_MS;
+    for (int k = 0; k < g->nparts; k++) {
+        sluice_producer *c = g->part[k];
+        if (!c->active || c == skip || c->used > 0)
+            continue;
+        if (c->beat_ms == 0 || now - c->beat_ms >= BEAT_MS) {
+            if (idle_connected(c))
+                beat(c, 0);
+            else
+                c->beat_ms = now;   /* try again in a beat */
+        }
+        if (c->beat_ms + BEAT_MS < next)
+            next = c->beat_ms + BEAT_MS;
+    }
+    g->beat_due_ms = next;
+}
+
+/* Reads one reply of a probe; *r NULL when the connection was lost (it
+ * is dropped then) or the reply is an error (a retryable one drops the
+ * connection too, so that the child follows its partition when it works
+ * again). */
+static void probe_reply(sluice_producer *c, redisReply **r)
+{
+    sluice_err e = sluicei_conn_read_reply(c->conn, r);
+    if (e == SLUICE_OK)
+        return;
+    if (*r && redirect_error(c, (*r)->str) && c->conn->ctx) {
+        /* The other replies still owed go with the connection. */
+        redisFree(c->conn->ctx);
+        c->conn->ctx = NULL;
+    }
+    if (*r)
+        freeReplyObject(*r);
+    *r = NULL;
+}
+
+static int64_t reply_int(const redisReply *r)
+{
+    if (!r)
+        return -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return r->type == REDIS_REPLY_NIL ? 0 : -1;
+}
+
+/* Whether a partition of group g other than from's has room (below both
+ * budgets, as task_claim counts them: batches held, frame bytes) and
+ * tasks waiting. One round trip, to every such partition at once; idle
+ * children only (their connections carry nothing else). */
+static int spill_target(sluice_producer *g, const sluice_producer *from)
+{
+    int found = 0;
+    for (int k = 0; k < g->nparts; k++) {
+        sluice_producer *c = g->part[k];
+        c->probe = 0;
+        if (c == from || c->used > 0 || !idle_connected(c))
+            continue;
+        char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY], tasks[SLUICE_MAX_KEY];
+        sluicei_key(dlv, c->queue, "dlv");
+        sluicei_key(bytes, c->queue, "bytes");
+        sluicei_key(tasks, c->queue, "tasks");
+        const char *a_meta[4] = {"HMGET", c->meta_key, "max_batches", "max_bytes"};
+        const char *a_dlv[2] = {"HLEN", dlv}, *a_bytes[2] = {"GET", bytes};
+        const char *a_tasks[2] = {"LLEN", tasks};
+        if (sluicei_conn_append_argv(c->conn, 4, a_meta, NULL) == SLUICE_OK &&
+            sluicei_conn_append_argv(c->conn, 2, a_dlv, NULL) == SLUICE_OK &&
+            sluicei_conn_append_argv(c->conn, 2, a_bytes, NULL) == SLUICE_OK &&
+            sluicei_conn_append_argv(c->conn, 2, a_tasks, NULL) == SLUICE_OK &&
+            sluicei_conn_flush(c->conn) == SLUICE_OK)
+            c->probe = 1;
+    }
+    for (int k = 0; k < g->nparts; k++) {
+        sluice_producer *c = g->part[k];
+        if (!c->probe)
+            continue;
+        c->probe = 0;
+        redisReply *r[4] = {NULL, NULL, NULL, NULL};
+        for (int i = 0; i < 4 && c->conn->ctx; i++)
+            probe_reply(c, &r[i]);
+        if (r[0] && r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2) {
+            int64_t maxn = reply_int(r[0]->element[0]), maxb = reply_int(r[0]->element[1]);
+            int64_t held = reply_int(r[1]), used = reply_int(r[2]), waiting = reply_int(r[3]);
+            if (maxn > 0 && maxb > 0 && held >= 0 && held < maxn && used >= 0 && used < maxb &&
+                waiting > 0)
+                found = 1;
+        }
+        for (int i = 0; i < 4; i++)
+            if (r[i])
+                freeReplyObject(r[i]);
+    }
+    return found;
+}
+
+/* Whether the child p, whose pushes were refused for lack of room, should
+ * stop pushing its task (see "spilled" at the top): only inside a push
+ * (not in a flush or task_done: the task's records are all read by then),
+ * for a task held, and when another partition could use the producer. */
+static int spill_due(sluice_producer *p)
+{
+    return p->may_spill && p->group && p->group->nparts > 1 && p->task_held &&
+           !p->lease_lost && spill_target(p->group, p);
+}
+
+/* Gives the task held up for now (spill_due()). Nothing is in flight: the
+ * ring holds stored batches and refused ones, oldest first; the first
+ * refused one is the resume point. The ring is emptied; pushes now fail
+ * with SLUICE_ERR_FULL until the task is handed back. */
+static sluice_err spill(sluice_producer *p)
+{
+    uint64_t resume = p->next_seq;
+    for (int i = 0; i < p->used; i++) {
+        slot *s = slot_at(p, i);
+        if (s->state != SLOT_DONE) {
+            resume = s->id.seq;
+            break;
+        }
+    }
+    p->head = p->used = p->nsent = p->nrefused = p->nopen = 0;
+    p->open_bytes = 0;
+    p->gid_read = p->gid_next;
+    p->rstep = 0;
+    p->qerr[0] = '\0';
+    p->oom = 0;
+    p->spilled = 1;
+    p->spill_resume = resume;
+    seterr(p, "task %s: partition '%s' is at its budget while another partition has room "
+           "and waiting tasks: hand the task back (sluice_producer_task_release) and claim "
+           "the next; it resumes at batch %" PRIu64, p->task_key, p->queue, resume);
+    return SLUICE_ERR_FULL;
+}
+
 /* ---- waiting for room --------------------------------------------------- */
 
-/* Waits until a push refused in state `why` is worth sending again. With
- * nothing in flight, so that a plain command is safe. */
-static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state why)
+/* Waits until a push refused in state `why` is worth sending again, for
+ * room at most cap_ms (when >= 0). With nothing in flight, so that a
+ * plain command is safe. */
+static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state why,
+                             int64_t cap_ms)
 {
     if (stopped(p)) {
         seterr(p, "push %s: stopped while waiting for room in queue '%s'", s->idstr, p->queue);
@@ -829,6 +1194,7 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
     }
     uint64_t t0 = now_us();
     sluice_err e = SLUICE_OK;
+    int final = 0;   /* redirect_pause() gave up: no reconnect */
     if (why == SLOT_FULL) {
         /* A token in the room list means a consumer acknowledged a batch
          * since; the timeout covers room made any other way (a purge, a
@@ -839,15 +1205,33 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
             int64_t due = p->renewed_ms + p->lease_ms / 3 - sluicei_now_ms();
             ms = due < 10 ? 10 : due < ms ? due : ms;
         }
+        if (cap_ms >= 0 && cap_ms < ms)
+            ms = cap_ms < 10 ? 10 : cap_ms;
         char secs[24];
         snprintf(secs, sizeof secs, "%.3f", (double)ms / 1000.0);
         redisReply *r = NULL;
         e = sluicei_conn_command(p->conn, &r, "BLPOP %s %s", p->room_key, secs);
-        if (r)
-            freeReplyObject(r);
-        if (e == SLUICE_ERR_REDIS) {
+        if (e == SLUICE_ERR_REDIS && r && redirect_error(p, r->str)) {
+            char msg[sizeof p->redirect_msg];
+            snprintf(msg, sizeof msg, "%s", r->str);
+            e = redirect_pause(p, "waiting for room", msg);
+            final = e != SLUICE_OK;
+        } else if (e == SLUICE_ERR_REDIS) {
             sleep_ms(TRANSIENT_PAUSE_MS);   /* LOADING and the like; the push tells */
             e = SLUICE_OK;
+        }
+        if (r)
+            freeReplyObject(r);
+    } else if (p->redirected) {
+        /* The group was refused by a retryable error: the queue's node is
+         * changing. Follow it (the push is sent again after recover()). */
+        p->redirected = 0;
+        e = redirect_pause(p, s->idstr, p->redirect_msg);
+        final = e != SLUICE_OK;
+        if (e == SLUICE_ERR_REDIS) {
+            char why[sizeof p->errstr];
+            snprintf(why, sizeof why, "%s", p->errstr);
+            seterr(p, "push %s", why);
         }
     } else {
         sleep_ms(TRANSIENT_PAUSE_MS);
@@ -856,11 +1240,14 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
         if (sluicei_script_load(p->conn) == SLUICE_OK)
             p->reload_scripts = 0;
     }
-    if (e == SLUICE_ERR_IO || !p->conn->ctx)
+    if (!final && (e == SLUICE_ERR_IO || !p->conn->ctx))
         e = recover(p);
-    /* A producer blocked here keeps its task: the lease is renewed. */
+    /* A producer blocked here keeps its task: the lease is renewed; and
+     * its other partitions still see it. */
     if (e == SLUICE_OK)
         e = housekeep(p);
+    if (e == SLUICE_OK && p->group)
+        group_beat(p->group, p);
     p->st.blocked_us += now_us() - t0;
     if (e == SLUICE_OK && p->task_held && p->lease_lost)
         e = lease_lost_error(p);
@@ -877,6 +1264,7 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
 static sluice_err retry_refused(sluice_producer *p)
 {
     int wait = 1;
+    int64_t full_since = 0;   /* the partition refuses for lack of room since */
     while (p->nrefused > 0) {
         slot *m[GROUP_MAX];
         int k = 0, full = 0;
@@ -897,8 +1285,18 @@ static sluice_err retry_refused(sluice_producer *p)
             break;
         sluice_err e = SLUICE_OK;
         if (wait) {
+            /* A partition that stays full while another has room is left
+             * (spill); one that has room again soon is not. */
+            int64_t cap = -1, now = sluicei_now_ms();
+            if (full && full_since == 0)
+                full_since = now;
+            if (full && now - full_since >= SPILL_AFTER_MS && spill_due(p))
+                return spill(p);
+            if (full && now - full_since < SPILL_AFTER_MS && p->may_spill && p->group &&
+                p->task_held)
+                cap = SPILL_AFTER_MS - (now - full_since);
             p->st.full_waits += full;
-            e = wait_retry(p, m[0], full ? SLOT_FULL : SLOT_TRANSIENT);
+            e = wait_retry(p, m[0], full ? SLOT_FULL : SLOT_TRANSIENT, cap);
         }
         if (e == SLUICE_OK) {
             e = send_group(p, m, k);
@@ -912,8 +1310,11 @@ static sluice_err retry_refused(sluice_producer *p)
         if (e != SLUICE_OK)
             return e;
         wait = 0;
-        for (int i = 0; i < k; i++)
+        for (int i = 0; i < k; i++) {
             wait |= m[i]->state == SLOT_FULL || m[i]->state == SLOT_TRANSIENT;
+            if (m[i]->state == SLOT_DONE)
+                full_since = 0;   /* room came */
+        }
     }
     return SLUICE_OK;
 }
@@ -930,7 +1331,8 @@ static sluice_err settle(sluice_producer *p, int keep)
     if (e == SLUICE_OK)
         e = retry_refused(p);
     if (e != SLUICE_OK) {
-        abandon(p);
+        if (!(e == SLUICE_ERR_FULL && p->spilled))
+            abandon(p);
         return e;
     }
     pop_done(p);
@@ -963,6 +1365,121 @@ static void set_errbuf(char *errbuf, size_t errlen, const char *msg)
         snprintf(errbuf, errlen, "%s", msg);
 }
 
+/* A new producer of queue q (a plain queue or one partition), without a
+ * connection. */
+static sluice_err producer_new(sluice_producer **out, const sluice_producer_opts *o,
+                               const char *q, const char *id)
+{
+    sluice_producer *p = calloc(1, sizeof *p);
+    if (!p)
+        return SLUICE_ERR_NOMEM;
+    p->nslots = o->max_inflight > 0 ? o->max_inflight : INFLIGHT_DEFAULT;
+    p->ring = calloc((size_t)p->nslots, sizeof *p->ring);
+    if (!p->ring) {
+        free(p);
+        return SLUICE_ERR_NOMEM;
+    }
+    p->gmax = p->nslots / 2 < 1 ? 1 : p->nslots / 2 > GROUP_MAX ? GROUP_MAX : p->nslots / 2;
+    snprintf(p->queue, sizeof p->queue, "%s", q);
+    sluicei_key(p->room_key, p->queue, "room");
+    sluicei_key(p->meta_key, p->queue, "meta");
+    sluicei_key(p->in_prefix, p->queue, "in:");
+    sluicei_key(p->task_wake_key, p->queue, "task_wake");
+    snprintf(p->id, sizeof p->id, "%s", id);
+    p->reconnect_timeout_ms = o->reconnect_timeout_ms;
+    p->stop = o->stop;
+    p->epoch = 0;
+    p->task = ADHOC_TASK_MIN + sluicei_random64() % (ADHOC_TASK_END - ADHOC_TASK_MIN);
+    p->lost_from = UINT64_MAX;
+    *out = p;
+    return SLUICE_OK;
+}
+
+/* Opens a connection to the node that serves queue q (a plain queue or a
+ * partition) now, that follows q when it moves (sluicei_router_bind). */
+static sluice_err routed_conn(sluicei_router *r, const char *q, const sluice_producer_opts *o,
+                              sluicei_conn **out, char *err, size_t errlen)
+{
+    sluicei_url u;
+    sluice_err e = sluicei_router_url(r, q, 0, &u, err, errlen);
+    if (e != SLUICE_OK)
+        return e;
+    e = sluicei_conn_open_url(out, &u, o->connect_timeout_ms, CMD_TIMEOUT_MS, err, errlen);
+    if (e == SLUICE_OK)
+        sluicei_router_bind(r, q, *out);
+    sluicei_url_free(&u);
+    return e;
+}
+
+/* FNV-1a 64 of s: the home partition of a producer id. */
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* Makes p the group of the nparts partitions of its queue: one child per
+ * partition, connected. r is the router (NULL: every partition is on the
+ * server of o->redis_url). */
+static sluice_err open_partitions(sluice_producer *p, const sluice_producer_opts *o,
+                                  sluicei_router *r, int nparts, char *err, size_t errlen)
+{
+    p->part = calloc((size_t)nparts, sizeof *p->part);
+    if (!p->part) {
+        snprintf(err, errlen, "out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    p->home = (int)(hash_str(p->id) % (uint64_t)nparts);
+    p->cur = p->home;
+    p->rr = (p->home + 1) % nparts;
+    for (int k = 0; k < nparts; k++) {
+        char name[QUEUE_NAME_MAX];
+        sluicei_partition_name(name, p->queue, k);
+        sluice_err e = producer_new(&p->part[k], o, name, p->id);
+        if (e != SLUICE_OK) {
+            snprintf(err, errlen, "out of memory");
+            return e;
+        }
+        p->nparts = k + 1;   /* so that close() frees it */
+        sluice_producer *c = p->part[k];
+        c->group = p;
+        e = r ? routed_conn(r, name, o, &c->conn, err, errlen)
+              : sluicei_conn_open(&c->conn, o->redis_url, o->connect_timeout_ms, CMD_TIMEOUT_MS,
+                                  err, errlen);
+        if (e != SLUICE_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen, "partition '%s': %.300s", name, why);
+            return e;
+        }
+        c->opened = 1;
+    }
+    return SLUICE_OK;
+}
+
+/* Whether queue q exists on p's connection: SLUICE_OK and *exists, or
+ * the error (err says why). */
+static sluice_err queue_exists(sluice_producer *p, int *exists, char *err, size_t errlen)
+{
+    redisReply *r = NULL;
+    sluice_err e = sluicei_conn_command(p->conn, &r, "EXISTS %s", p->meta_key);
+    if (e == SLUICE_OK && r->type == REDIS_REPLY_INTEGER) {
+        *exists = r->integer != 0;
+    } else if (e == SLUICE_OK) {
+        snprintf(err, errlen, "EXISTS %s: unexpected reply", p->meta_key);
+        e = SLUICE_ERR_PROTOCOL;
+    } else {
+        if (r)
+            e = sluicei_reply_error_code(r);   /* NOAUTH, NOPERM... */
+        snprintf(err, errlen, "%s", p->conn->errstr);
+    }
+    if (r)
+        freeReplyObject(r);
+    return e;
+}
+
 sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opts *o,
                                 char *errbuf, size_t errlen)
 {
@@ -991,58 +1508,48 @@ sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opt
         return SLUICE_ERR_INVALID;
     }
 
-    sluice_producer *p = calloc(1, sizeof *p);
-    if (!p) {
-        set_errbuf(errbuf, errlen, "out of memory");
-        return SLUICE_ERR_NOMEM;
-    }
-    p->nslots = o->max_inflight > 0 ? o->max_inflight : INFLIGHT_DEFAULT;
-    p->ring = calloc((size_t)p->nslots, sizeof *p->ring);
-    if (!p->ring) {
-        free(p);
-        set_errbuf(errbuf, errlen, "out of memory");
-        return SLUICE_ERR_NOMEM;
-    }
-    p->gmax = p->nslots / 2 < 1 ? 1 : p->nslots / 2 > GROUP_MAX ? GROUP_MAX : p->nslots / 2;
-    snprintf(p->queue, sizeof p->queue, "%s", o->queue);
-    sluicei_key(p->room_key, p->queue, "room");
-    sluicei_key(p->meta_key, p->queue, "meta");
-    sluicei_key(p->in_prefix, p->queue, "in:");
-    sluicei_key(p->task_wake_key, p->queue, "task_wake");
+    char id[SLUICE_MAX_PRODUCER_ID + 1];
     if (o->producer_id)
-        snprintf(p->id, sizeof p->id, "%s", o->producer_id);
+        snprintf(id, sizeof id, "%s", o->producer_id);
     else
-        default_id(p->id);
-    p->reconnect_timeout_ms = o->reconnect_timeout_ms;
-    p->stop = o->stop;
-    p->epoch = 0;
-    p->task = ADHOC_TASK_MIN + sluicei_random64() % (ADHOC_TASK_END - ADHOC_TASK_MIN);
-
-    e = sluicei_conn_open(&p->conn, o->redis_url, o->connect_timeout_ms, CMD_TIMEOUT_MS, err,
-                          sizeof err);
-    if (e != SLUICE_OK) {
-        set_errbuf(errbuf, errlen, err);
-        sluice_producer_close(p);
-        return e;
+        default_id(id);
+    sluice_producer *p;
+    if (producer_new(&p, o, o->queue, id) != SLUICE_OK) {
+        set_errbuf(errbuf, errlen, "out of memory");
+        return SLUICE_ERR_NOMEM;
     }
-    char meta[SLUICE_MAX_KEY];
-    redisReply *r = NULL;
-    sluicei_key(meta, p->queue, "meta");
-    e = sluicei_conn_command(p->conn, &r, "EXISTS %s", meta);
-    if (e == SLUICE_OK && r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+    sluicei_router *r = NULL;
+    int nparts = 0, exists = 0;
+    e = sluicei_router_open(&r, o->redis_url, o->connect_timeout_ms, CMD_TIMEOUT_MS, err,
+                            sizeof err);
+    if (e == SLUICE_OK && sluicei_router_kind_of(r) == SLUICEI_ROUTER_SINGLE) {
+        /* One server: a plain queue is opened as it always was (its meta
+         * key is there); the router serves only to find partitions. */
+        e = sluicei_conn_open(&p->conn, o->redis_url, o->connect_timeout_ms, CMD_TIMEOUT_MS, err,
+                              sizeof err);
+        if (e == SLUICE_OK)
+            e = queue_exists(p, &exists, err, sizeof err);
+        if (e == SLUICE_OK && !exists)
+            e = sluicei_queue_partitions(r, p->queue, &nparts, err, sizeof err);
+        if (e == SLUICE_OK && nparts > 0) {
+            sluicei_conn_close(p->conn);   /* the group has none */
+            p->conn = NULL;
+        }
+        sluicei_router_close(r);
+        r = NULL;
+    } else if (e == SLUICE_OK) {
+        p->router = r;   /* closed by sluice_producer_close() */
+        e = sluicei_queue_partitions(r, p->queue, &nparts, err, sizeof err);
+        if (e == SLUICE_OK && nparts == 0)
+            e = routed_conn(r, p->queue, o, &p->conn, err, sizeof err);
+    }
+    if (e == SLUICE_ERR_NOQUEUE || (e == SLUICE_OK && !exists && nparts == 0 && !p->conn))
+        e = SLUICE_ERR_NOQUEUE;
+    if (e == SLUICE_ERR_NOQUEUE)
         snprintf(err, sizeof err, "queue '%s' does not exist (create it with: sluice-ctl create %s)",
                  p->queue, p->queue);
-        e = SLUICE_ERR_NOQUEUE;
-    } else if (e == SLUICE_OK && r->type != REDIS_REPLY_INTEGER) {
-        snprintf(err, sizeof err, "EXISTS %s: unexpected reply", meta);
-        e = SLUICE_ERR_PROTOCOL;
-    } else if (e != SLUICE_OK) {
-        if (r)
-            e = sluicei_reply_error_code(r);   /* NOAUTH, NOPERM... */
-        snprintf(err, sizeof err, "%s", p->conn->errstr);
-    }
-    if (r)
-        freeReplyObject(r);
+    if (e == SLUICE_OK && nparts > 0)
+        e = open_partitions(p, o, p->router, nparts, err, sizeof err);
     if (e != SLUICE_OK) {
         set_errbuf(errbuf, errlen, err);
         sluice_producer_close(p);
@@ -1119,10 +1626,29 @@ static sluice_err encode_failed(sluice_producer *p, const slot *s, sluice_err e)
     return e;
 }
 
+/* Copies the error of child c to its group g, whose errstr the caller
+ * reads. */
+static sluice_err fwd(sluice_producer *g, const sluice_producer *c, sluice_err e)
+{
+    if (e != SLUICE_OK)
+        snprintf(g->errstr, sizeof g->errstr, "%s", c->errstr);
+    return e;
+}
+
+static sluice_err spilled_error(sluice_producer *p)
+{
+    seterr(p, "task %s was given up for lack of room in partition '%s' (SLUICE_ERR_FULL): "
+           "hand it back (sluice_producer_task_release)", p->task_key, p->queue);
+    return SLUICE_ERR_FULL;
+}
+
 /* Before each push: housekeeping when due (after settling, so that no
- * reply is owed), and no push for a task whose lease was lost. */
+ * reply is owed), and no push for a task whose lease was lost or that
+ * was spilled. */
 static sluice_err before_push(sluice_producer *p)
 {
+    if (p->spilled)
+        return spilled_error(p);
     if (housekeeping_due(p)) {
         sluice_err e = settle(p, 0);
         if (e == SLUICE_OK)
@@ -1135,35 +1661,48 @@ static sluice_err before_push(sluice_producer *p)
     return SLUICE_OK;
 }
 
-sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n)
+/* Pushes one batch: records recs[0..n), or, when tensors, nt tensors t of
+ * rows rows. In a group, through the working child. */
+static sluice_err push_batch(sluice_producer *p, const sluice_record *recs, size_t n,
+                             int tensors, uint64_t rows, const sluice_tensor *t, size_t nt)
 {
+    if (p->nparts > 0) {
+        sluice_producer *c = p->part[p->cur];
+        group_beat(p, c);
+        c->active = 1;
+        return fwd(p, c, push_batch(c, recs, n, tensors, rows, t, nt));
+    }
     slot *s;
+    p->may_spill = 1;
     sluice_err e = before_push(p);
+    if (e == SLUICE_OK && p->task_held && p->next_seq < p->resume) {
+        /* Stored by an earlier holder of the task, before its resume
+         * point: neither encoded nor sent. */
+        p->next_seq++;
+        p->may_spill = 0;
+        return SLUICE_OK;
+    }
     if (e == SLUICE_OK)
         e = next_slot(p, &s);
-    if (e != SLUICE_OK)
-        return e;
-    sluicei_batch_meta m = {s->id, p->id, sluicei_wall_us()};
-    e = sluicei_wire_encode_records(&s->frame, &m, recs, n);
-    if (e != SLUICE_OK)
-        return encode_failed(p, s, e);
-    return launch(p, s, n);
+    if (e == SLUICE_OK) {
+        sluicei_batch_meta m = {s->id, p->id, sluicei_wall_us()};
+        e = tensors ? sluicei_wire_encode_tensors(&s->frame, &m, rows, t, nt)
+                    : sluicei_wire_encode_records(&s->frame, &m, recs, n);
+        e = e != SLUICE_OK ? encode_failed(p, s, e) : launch(p, s, tensors ? rows : n);
+    }
+    p->may_spill = 0;
+    return e;
+}
+
+sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n)
+{
+    return push_batch(p, recs, n, 0, 0, NULL, 0);
 }
 
 sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sluice_tensor *t,
                                         size_t nt)
 {
-    slot *s;
-    sluice_err e = before_push(p);
-    if (e == SLUICE_OK)
-        e = next_slot(p, &s);
-    if (e != SLUICE_OK)
-        return e;
-    sluicei_batch_meta m = {s->id, p->id, sluicei_wall_us()};
-    e = sluicei_wire_encode_tensors(&s->frame, &m, n, t, nt);
-    if (e != SLUICE_OK)
-        return encode_failed(p, s, e);
-    return launch(p, s, n);
+    return push_batch(p, NULL, 0, 1, n, t, nt);
 }
 
 /* Also the occasion for housekeeping (lease, heartbeat) when it is due, so
@@ -1171,12 +1710,42 @@ sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sl
  * then; a lost lease is reported as SLUICE_ERR_IO "lease lost: ...". */
 sluice_err sluice_producer_flush(sluice_producer *p)
 {
+    if (p->nparts > 0) {
+        sluice_producer *c = p->part[p->cur];
+        sluice_err e = fwd(p, c, sluice_producer_flush(c));
+        group_beat(p, c);
+        return e;
+    }
+    if (p->spilled)
+        return spilled_error(p);
+    p->may_spill = 1;   /* a flush is part of pushing */
     sluice_err e = settle(p, 0);
+    p->may_spill = 0;
     if (e == SLUICE_OK && housekeeping_due(p))
         e = housekeep(p);
     if (e == SLUICE_OK && p->task_held && p->lease_lost)
         e = lease_lost_error(p);
     return e;
+}
+
+/* A group: settles the working child's pushes and makes the child of
+ * the next ad-hoc task (round robin) the working one. */
+/* Settles the child pushing so far and makes partition `to` the current
+ * one; to < 0: the next in turn. */
+static sluice_err group_next_child(sluice_producer *g, int to, sluice_producer **out)
+{
+    sluice_producer *c = g->part[g->cur];
+    sluice_err e = settle(c, 0);
+    if (e != SLUICE_OK)
+        return fwd(g, c, e);
+    if (to < 0) {
+        g->cur = g->rr;
+        g->rr = (g->rr + 1) % g->nparts;
+    } else {
+        g->cur = to;
+    }
+    *out = g->part[g->cur];
+    return SLUICE_OK;
 }
 
 sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t task)
@@ -1185,6 +1754,13 @@ sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t
         seterr(p, "set_task: task %s is held; finish it first (task_done/_fail/_release)",
                p->task_key);
         return SLUICE_ERR_INVALID;
+    }
+    if (p->nparts > 0) {
+        /* Task t in partition t mod P, as sluice-ctl submit deals shards:
+         * the same (epoch, task) always meets the same duplicate check. */
+        sluice_producer *c;
+        sluice_err e = group_next_child(p, (int)(task % (uint64_t)p->nparts), &c);
+        return e == SLUICE_OK ? fwd(p, c, sluice_producer_set_task(c, epoch, task)) : e;
     }
     sluice_err e = settle(p, 0);
     if (e != SLUICE_OK)
@@ -1195,17 +1771,50 @@ sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t
     return SLUICE_OK;
 }
 
+sluice_err sluicei_producer_new_adhoc(sluice_producer *p)
+{
+    if (p->nparts == 0)
+        return SLUICE_OK;
+    if (p->task_held) {
+        seterr(p, "task %s is held; finish it first (task_done/_fail/_release)", p->task_key);
+        return SLUICE_ERR_INVALID;
+    }
+    sluice_producer *c;
+    sluice_err e = group_next_child(p, -1, &c);
+    if (e == SLUICE_OK) {
+        c->epoch = 0;
+        c->task = ADHOC_TASK_MIN + sluicei_random64() % (ADHOC_TASK_END - ADHOC_TASK_MIN);
+        c->next_seq = 0;
+    }
+    return e;
+}
+
+int sluicei_producer_partitions(const sluice_producer *p)
+{
+    return p->nparts;
+}
+
 void sluice_producer_close(sluice_producer *p)
 {
     if (!p)
         return;
+    if (p->part) {
+        /* Each child hands its task back, settles and beats. */
+        for (int k = 0; k < p->nparts; k++)
+            sluice_producer_close(p->part[k]);
+        free(p->part);
+        p->task_held = NULL;   /* the child's */
+    }
     if (p->task_held && p->conn)
         sluice_producer_task_release(p, p->task_held);   /* not left to the reaper */
     if (p->conn && p->used > 0)
         settle(p, 0);
-    if (p->opened && p->conn && p->conn->ctx)
+    if (p->opened && p->conn && p->conn->ctx && (!p->group || p->active))
         beat(p, 0);   /* the final counters, for sluice-ctl info */
     sluicei_conn_close(p->conn);
+    sluicei_router_close(p->router);   /* after every connection bound to it */
+    if (p->exec_reply)
+        freeReplyObject(p->exec_reply);
     for (int i = 0; i < p->nslots; i++)
         sluicei_buf_free(&p->ring[i].frame);
     sluicei_buf_free(&p->req);
@@ -1322,21 +1931,29 @@ static void end_task(sluice_producer *p)
     p->task_held = NULL;
     p->task_key[0] = '\0';
     p->lease_lost = 0;
+    p->resume = 0;
+    p->spilled = 0;
+    p->spill_resume = 0;
+    p->lost_from = UINT64_MAX;
     p->epoch = 0;
     p->task = ADHOC_TASK_MIN + sluicei_random64() % (ADHOC_TASK_END - ADHOC_TASK_MIN);
     p->next_seq = 0;
     p->beat_ms = 0;                   /* publish the new counters soon */
 }
 
-/* Runs task_fail for the task held: handback 1 returns it untried,
- * otherwise the attempt counts. Does not end the task. */
-static sluice_err fail_script(sluice_producer *p, const char *error, int handback)
+/* Runs task_fail for the task held: handback 1 returns it untried, with
+ * its resume point when resume > 0 (its batches below that seq are
+ * stored); otherwise the attempt counts. Does not end the task. */
+static sluice_err fail_script(sluice_producer *p, const char *error, int handback,
+                              uint64_t resume)
 {
-    char msg[TASK_ERROR_MAX + 1];
+    char msg[TASK_ERROR_MAX + 1], rs[24];
     snprintf(msg, sizeof msg, "%s", error && *error ? error : "failed (no reason given)");
-    const char *argv[4] = {p->id, p->task_key, msg, handback ? "1" : "0"};
+    snprintf(rs, sizeof rs, "%" PRIu64, resume);
+    const char *argv[5] = {p->id, p->task_key, msg, handback ? "1" : "0", rs};
     redisReply *r = NULL;
-    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_FAIL, 4, argv, &r, NULL);
+    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_FAIL, handback && resume > 0 ? 5 : 4, argv,
+                              &r, NULL);
     if (e != SLUICE_OK)
         seterr(p, "task_fail %s: %s", p->task_key,
                r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
@@ -1354,7 +1971,7 @@ static sluice_err fail_script(sluice_producer *p, const char *error, int handbac
 static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_ms,
                             sluice_task **out)
 {
-    uint64_t epoch, shard, attempt, batch_size, epochs;
+    uint64_t epoch, shard, attempt, batch_size, epochs, resume = 0;
     const char *key, *colon;
     if (r->elements < 6 || r->element[1]->type != REDIS_REPLY_STRING ||
         (key = r->element[1]->str, colon = strchr(key, ':')) == NULL ||
@@ -1379,12 +1996,15 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
              reply_u64(r->element[4], UINT32_MAX, &batch_size) || batch_size == 0 ||
              reply_u64(r->element[5], UINT32_MAX, &epochs))
         snprintf(why, sizeof why, "the job's batch_size or epochs is malformed");
+    else if (r->elements >= 7 && r->element[6]->type != REDIS_REPLY_NIL &&
+             reply_u64(r->element[6], (uint64_t)UINT32_MAX + 1, &resume))
+        snprintf(why, sizeof why, "the task's resume point is malformed");
     else
         b = task_decode(def->str, def->len, why, sizeof why);
     if (!b) {
         char msg[400];
         snprintf(msg, sizeof msg, "task %s cannot be produced: %s", key, why);
-        sluice_err e = fail_script(p, msg, 0);   /* needs only task_key */
+        sluice_err e = fail_script(p, msg, 0, 0);   /* needs only task_key */
         p->task_key[0] = '\0';
         seterr(p, "%s", msg);
         return e == SLUICE_OK ? SLUICE_ERR_FORMAT : e;
@@ -1398,6 +2018,9 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
     p->epoch = (uint32_t)epoch;
     p->task = shard;
     p->next_seq = 0;
+    p->resume = resume;
+    p->spilled = 0;
+    p->lost_from = UINT64_MAX;
     *out = &b->t;
     return SLUICE_OK;
 }
@@ -1412,29 +2035,206 @@ static sluice_err wait_task_wake(sluice_producer *p, int64_t ms)
     snprintf(secs, sizeof secs, "%.3f", (double)ms / 1000.0);
     redisReply *r = NULL;
     sluice_err e = sluicei_conn_command(p->conn, &r, "BLPOP %s %s", p->task_wake_key, secs);
+    if (e == SLUICE_ERR_REDIS && r && redirect_error(p, r->str) && p->conn->ctx) {
+        /* The claim that follows finds the queue's node again. */
+        redisFree(p->conn->ctx);
+        p->conn->ctx = NULL;
+    }
     if (r)
         freeReplyObject(r);
-    if (e == SLUICE_ERR_IO || !p->conn->ctx)
+    if (e == SLUICE_ERR_IO)
         return recover(p);
     return SLUICE_OK;   /* an error reply (LOADING...) shows again at the claim */
+}
+
+/* One task_claim on p's queue. room_only: a partition at its budget
+ * answers 'full' instead of giving a task. On SLUICE_OK kind is the
+ * answer ("task": *out is the task held now; "wait", "full", "done",
+ * "nojob"). SLUICE_ERR_FORMAT: the task claimed was unusable and failed
+ * (errstr); claim again. */
+static sluice_err claim_once(sluice_producer *p, int room_only, int lease_ms, sluice_task **out,
+                             char *kind, size_t kindlen)
+{
+    char now[24], lease[16];
+    wall_ms_str(now, sizeof now);
+    snprintf(lease, sizeof lease, "%d", lease_ms);
+    const char *argv[4] = {p->id, now, lease, "1"};
+    redisReply *r = NULL;
+    kind[0] = '\0';
+    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_CLAIM, room_only ? 4 : 3, argv, &r, NULL);
+    if (e != SLUICE_OK) {
+        seterr(p, "task_claim on queue '%s': %s", p->queue,
+               r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
+        if (r)
+            freeReplyObject(r);
+        return e;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+        r->element[0]->type == REDIS_REPLY_STRING)
+        snprintf(kind, kindlen, "%s", r->element[0]->str);
+    if (strcmp(kind, "task") == 0) {
+        e = take_task(p, r, lease_ms, out);
+        freeReplyObject(r);
+        return e;
+    }
+    freeReplyObject(r);
+    if (strcmp(kind, "done") != 0 && strcmp(kind, "nojob") != 0 && strcmp(kind, "wait") != 0 &&
+        strcmp(kind, "full") != 0) {
+        seterr(p, "task_claim on queue '%s': unexpected reply '%.32s'", p->queue, kind);
+        return SLUICE_ERR_PROTOCOL;
+    }
+    return SLUICE_OK;
+}
+
+static sluice_err job_finished(sluice_producer *p)
+{
+    seterr(p, "the job of queue '%s' is finished", p->queue);
+    return SLUICE_EOF;
+}
+
+static sluice_err no_job(sluice_producer *p)
+{
+    seterr(p, "queue '%s' has no job (submit one: sluice-ctl submit %s --manifest ...)",
+           p->queue, p->queue);
+    return SLUICE_EOF;
+}
+
+/* Checks the arguments of a claim; on SLUICE_OK *lease_ms is the lease. */
+static sluice_err claim_args(sluice_producer *p, int *lease_ms)
+{
+    if (p->task_held) {
+        seterr(p, "task_claim: task %s is still held (task_done/_fail/_release first)",
+               p->task_key);
+        return SLUICE_ERR_INVALID;
+    }
+    if (*lease_ms < 0) {
+        seterr(p, "task_claim: lease_ms %d is negative", *lease_ms);
+        return SLUICE_ERR_INVALID;
+    }
+    if (*lease_ms == 0)
+        *lease_ms = LEASE_MS_DEFAULT;
+    return SLUICE_OK;
+}
+
+/* How long the next wait for a task may last, from the caller's deadline
+ * (< 0: none); SLUICE_ERR_TIMEOUT when it has passed. */
+static sluice_err claim_wait_ms(sluice_producer *p, int64_t deadline, int timeout_ms,
+                                int64_t *wait)
+{
+    if (deadline < 0)
+        return SLUICE_OK;
+    int64_t left = deadline - sluicei_now_ms();
+    if (left <= 0) {
+        seterr(p, "no task of queue '%s' free within %d ms (others hold the rest)", p->queue,
+               timeout_ms);
+        return SLUICE_ERR_TIMEOUT;
+    }
+    if (left < *wait)
+        *wait = left;
+    return SLUICE_OK;
+}
+
+/* A group waits up to ms for a token in the task_wake list of any of its
+ * partitions that may still give a task: one BLPOP on each, all at once
+ * (each child is idle). A partition whose connection is lost is not
+ * waited on: the next claim there regains it. */
+static void group_wait_task(sluice_producer *g, int64_t ms)
+{
+    char secs[24];
+    if (ms < 10)
+        ms = 10;
+    snprintf(secs, sizeof secs, "%.3f", (double)ms / 1000.0);
+    int waiting = 0;
+    for (int k = 0; k < g->nparts; k++) {
+        sluice_producer *c = g->part[k];
+        c->probe = 0;
+        if (strcmp(c->claim_kind, "wait") != 0 && strcmp(c->claim_kind, "full") != 0)
+            continue;
+        if (!idle_connected(c))
+            continue;
+        const char *argv[3] = {"BLPOP", c->task_wake_key, secs};
+        if (sluicei_conn_append_argv(c->conn, 3, argv, NULL) == SLUICE_OK &&
+            sluicei_conn_flush(c->conn) == SLUICE_OK)
+            c->probe = waiting = 1;
+    }
+    if (!waiting)
+        sleep_ms((int)ms);   /* no busy loop while every such node is out of reach */
+    for (int k = 0; k < g->nparts; k++) {
+        sluice_producer *c = g->part[k];
+        if (!c->probe)
+            continue;
+        c->probe = 0;
+        redisReply *r = NULL;
+        probe_reply(c, &r);
+        if (r)
+            freeReplyObject(r);
+    }
+}
+
+/* sluice_producer_task_claim() on a partitioned queue: see producer.h. */
+static sluice_err group_claim(sluice_producer *g, sluice_task **out, int timeout_ms,
+                              int lease_ms)
+{
+    int n = g->nparts;
+    int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
+    sluice_err e = settle(g->part[g->cur], 0);   /* ad-hoc pushes before */
+    if (e != SLUICE_OK)
+        return fwd(g, g->part[g->cur], e);
+    for (;;) {
+        if (stopped(g)) {
+            seterr(g, "stopped while waiting for a task of queue '%s'", g->queue);
+            return SLUICE_ERR_IO;
+        }
+        /* First the partitions with room, from home on; then any. */
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < n; i++) {
+                int k = (g->home + i) % n;
+                sluice_producer *c = g->part[k];
+                char kind[16];
+                if (pass == 1 && strcmp(c->claim_kind, "full") != 0)
+                    continue;
+                do
+                    e = claim_once(c, pass == 0, lease_ms, out, kind, sizeof kind);
+                while (e == SLUICE_ERR_FORMAT);   /* that one was failed; claim the next */
+                if (e != SLUICE_OK)
+                    return fwd(g, c, e);
+                if (strcmp(kind, "task") == 0) {
+                    g->cur = k;
+                    c->active = 1;
+                    g->task_held = *out;
+                    snprintf(g->task_key, sizeof g->task_key, "%s", c->task_key);
+                    return SLUICE_OK;
+                }
+                snprintf(c->claim_kind, sizeof c->claim_kind, "%s", kind);
+            }
+        }
+        int done = 0, nojob = 0;
+        for (int k = 0; k < n; k++) {
+            done += strcmp(g->part[k]->claim_kind, "done") == 0;
+            nojob += strcmp(g->part[k]->claim_kind, "nojob") == 0;
+        }
+        if (nojob == n)
+            return no_job(g);
+        if (done + nojob == n)
+            return job_finished(g);
+        group_beat(g, NULL);
+        int64_t wait = GROUP_TASK_WAIT_MS;
+        if ((e = claim_wait_ms(g, deadline, timeout_ms, &wait)) != SLUICE_OK)
+            return e;
+        group_wait_task(g, wait);
+    }
 }
 
 sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int timeout_ms,
                                       int lease_ms)
 {
     *out = NULL;
-    if (p->task_held) {
-        seterr(p, "task_claim: task %s is still held (task_done/_fail/_release first)",
-               p->task_key);
-        return SLUICE_ERR_INVALID;
-    }
-    if (lease_ms < 0) {
-        seterr(p, "task_claim: lease_ms %d is negative", lease_ms);
-        return SLUICE_ERR_INVALID;
-    }
-    if (lease_ms == 0)
-        lease_ms = LEASE_MS_DEFAULT;
-    sluice_err e = settle(p, 0);
+    sluice_err e = claim_args(p, &lease_ms);
+    if (e != SLUICE_OK)
+        return e;
+    if (p->nparts > 0)
+        return group_claim(p, out, timeout_ms, lease_ms);
+    e = settle(p, 0);
     if (e != SLUICE_OK)
         return e;
     int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
@@ -1443,58 +2243,21 @@ sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int
             seterr(p, "stopped while waiting for a task of queue '%s'", p->queue);
             return SLUICE_ERR_IO;
         }
-        char now[24], lease[16];
-        wall_ms_str(now, sizeof now);
-        snprintf(lease, sizeof lease, "%d", lease_ms);
-        const char *argv[3] = {p->id, now, lease};
-        redisReply *r = NULL;
-        e = run_script(p, SLUICEI_SCRIPT_TASK_CLAIM, 3, argv, &r, NULL);
-        if (e != SLUICE_OK) {
-            seterr(p, "task_claim on queue '%s': %s", p->queue,
-                   r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
-            if (r)
-                freeReplyObject(r);
-            return e;
-        }
-        char kind[16] = "";
-        if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-            r->element[0]->type == REDIS_REPLY_STRING)
-            snprintf(kind, sizeof kind, "%s", r->element[0]->str);
-        if (strcmp(kind, "task") == 0) {
-            e = take_task(p, r, lease_ms, out);
-            freeReplyObject(r);
-            if (e != SLUICE_ERR_FORMAT)
-                return e;
+        char kind[16];
+        e = claim_once(p, 0, lease_ms, out, kind, sizeof kind);
+        if (e == SLUICE_ERR_FORMAT)
             continue;   /* that one was failed; claim the next */
-        }
-        freeReplyObject(r);
-        if (strcmp(kind, "done") == 0) {
-            seterr(p, "the job of queue '%s' is finished", p->queue);
-            return SLUICE_EOF;
-        }
-        if (strcmp(kind, "nojob") == 0) {
-            seterr(p, "queue '%s' has no job (submit one: sluice-ctl submit %s --manifest ...)",
-                   p->queue, p->queue);
-            return SLUICE_EOF;
-        }
-        if (strcmp(kind, "wait") != 0) {
-            seterr(p, "task_claim on queue '%s': unexpected reply '%.32s'", p->queue, kind);
-            return SLUICE_ERR_PROTOCOL;
-        }
+        if (e != SLUICE_OK || strcmp(kind, "task") == 0)
+            return e;
+        if (strcmp(kind, "done") == 0)
+            return job_finished(p);
+        if (strcmp(kind, "nojob") == 0)
+            return no_job(p);
         if ((e = housekeep(p)) != SLUICE_OK)
             return e;
         int64_t wait = TASK_WAIT_S * 1000;
-        if (deadline >= 0) {
-            int64_t left = deadline - sluicei_now_ms();
-            if (left <= 0) {
-                seterr(p, "no task of queue '%s' free within %d ms (others hold the rest)",
-                       p->queue, timeout_ms);
-                return SLUICE_ERR_TIMEOUT;
-            }
-            if (left < wait)
-                wait = left;
-        }
-        if ((e = wait_task_wake(p, wait)) != SLUICE_OK)
+        if ((e = claim_wait_ms(p, deadline, timeout_ms, &wait)) != SLUICE_OK ||
+            (e = wait_task_wake(p, wait)) != SLUICE_OK)
             return e;
     }
 }
@@ -1508,11 +2271,49 @@ static int holds(sluice_producer *p, const sluice_task *t, const char *what)
     return 0;
 }
 
+/* The resume point of the task held, for handing it back: the first of
+ * its batches not known to be stored (where it was spilled; or, when every
+ * push was answered (ok), the next batch, unless some were given up after
+ * an error), at least the point it was claimed with. 0: none known. */
+static uint64_t resume_point(const sluice_producer *p, int ok)
+{
+    uint64_t r = p->spilled ? p->spill_resume : ok ? p->next_seq : 0;
+    if (r > p->lost_from)
+        r = p->lost_from;
+    return r > p->resume ? r : p->resume;
+}
+
 sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
 {
     if (!holds(p, t, "task_done"))
         return SLUICE_ERR_INVALID;
-    sluice_err e = settle(p, 0);
+    if (p->nparts > 0) {
+        sluice_producer *c = p->part[p->cur];
+        p->task_held = NULL;
+        return fwd(p, c, sluice_producer_task_done(c, t));
+    }
+    sluice_err e = SLUICE_OK;
+    if (!p->spilled) {
+        /* Its last batches may find the partition full: spilling them is
+         * as good as spilling a push (see the top). */
+        p->may_spill = 1;
+        e = settle(p, 0);
+        p->may_spill = 0;
+    }
+    if (p->spilled && !p->lease_lost) {
+        /* Its last batches were not stored: not done; handed back. */
+        char why[SLUICE_MAX_PRODUCER_ID + 64];
+        snprintf(why, sizeof why, "handed back by producer %s", p->id);
+        e = fail_script(p, why, 1, p->spill_resume);
+        if (e == SLUICE_OK) {
+            seterr(p, "task %s: handed back (it resumes at batch %" PRIu64 "): partition '%s' "
+                   "is at its budget while another partition has room and waiting tasks",
+                   p->task_key, p->spill_resume, p->queue);
+            e = SLUICE_ERR_FULL;
+        }
+        end_task(p);
+        return e;
+    }
     if (e == SLUICE_OK && p->lease_lost)
         e = lease_lost_error(p);
     if (e != SLUICE_OK) {
@@ -1522,7 +2323,7 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
         if (!p->lease_lost && p->conn->ctx) {
             char why[sizeof p->errstr];
             snprintf(why, sizeof why, "%s", p->errstr);
-            if (fail_script(p, why, 0) == SLUICE_OK)
+            if (fail_script(p, why, 0, 0) == SLUICE_OK)
                 p->st.tasks_failed++;
             snprintf(p->errstr, sizeof p->errstr, "%s", why);
         }
@@ -1540,10 +2341,12 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
                r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
     } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
         p->st.tasks_done++;
+        wait_replicas(p);
     } else if (resent) {
         /* Sent again after a lost connection: 0 may mean that our first
          * call went through. Either way the task is done by someone. */
         p->st.tasks_done++;
+        wait_replicas(p);
     } else {
         e = lease_lost_error(p);
     }
@@ -1557,10 +2360,15 @@ sluice_err sluice_producer_task_fail(sluice_producer *p, sluice_task *t, const c
 {
     if (!holds(p, t, "task_fail"))
         return SLUICE_ERR_INVALID;
+    if (p->nparts > 0) {
+        sluice_producer *c = p->part[p->cur];
+        p->task_held = NULL;
+        return fwd(p, c, sluice_producer_task_fail(c, t, error));
+    }
     /* What was pushed stays pushed (a retry drops those ids as duplicates);
      * a push refused for good does not stop the failure from being kept. */
     settle(p, 0);
-    sluice_err e = p->lease_lost ? lease_lost_error(p) : fail_script(p, error, 0);
+    sluice_err e = p->lease_lost ? lease_lost_error(p) : fail_script(p, error, 0, 0);
     if (e == SLUICE_OK)
         p->st.tasks_failed++;
     end_task(p);
@@ -1571,10 +2379,16 @@ sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t)
 {
     if (!holds(p, t, "task_release"))
         return SLUICE_ERR_INVALID;
-    settle(p, 0);
+    if (p->nparts > 0) {
+        sluice_producer *c = p->part[p->cur];
+        p->task_held = NULL;
+        return fwd(p, c, sluice_producer_task_release(c, t));
+    }
+    int ok = settle(p, 0) == SLUICE_OK;
     char why[SLUICE_MAX_PRODUCER_ID + 64];
     snprintf(why, sizeof why, "handed back by producer %s", p->id);
-    sluice_err e = p->lease_lost ? lease_lost_error(p) : fail_script(p, why, 1);
+    sluice_err e = p->lease_lost ? lease_lost_error(p)
+                                 : fail_script(p, why, 1, resume_point(p, ok));
     end_task(p);
     return e;
 }
@@ -1582,6 +2396,18 @@ sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t)
 void sluice_producer_stats_get(const sluice_producer *p, sluice_producer_stats *st)
 {
     *st = p->st;
+    for (int k = 0; k < p->nparts; k++) {
+        const sluice_producer_stats *c = &p->part[k]->st;
+        st->batches += c->batches;
+        st->records += c->records;
+        st->bytes += c->bytes;
+        st->duplicates += c->duplicates;
+        st->full_waits += c->full_waits;
+        st->blocked_us += c->blocked_us;
+        st->reconnects += p->part[k]->conn ? p->part[k]->conn->reconnects : c->reconnects;
+        st->tasks_done += c->tasks_done;
+        st->tasks_failed += c->tasks_failed;
+    }
 }
 
 const char *sluice_producer_errstr(const sluice_producer *p)

@@ -19,6 +19,17 @@
  * within it. Pushing an id that is queued or was acknowledged already is a
  * no-op, so a task produced again yields no duplicates.
  *
+ * Partitioned queues (sluice-ctl create Q --partitions P): the producer
+ * opens one connection per partition, each to the server or cluster node
+ * that serves it. Every batch of a task goes to that task's partition (so
+ * that duplicates are dropped there): task t of sluice_producer_set_task()
+ * to partition t mod P (as sluice-ctl submit deals a job's shards), the
+ * producer's own ad-hoc tasks to the partitions in turn, starting at its
+ * home partition, hash(id) mod P. The budgets are those of each
+ * partition. In a Redis Cluster the producer follows a partition that moves
+ * (failover, slot migration) by reconnecting, and retries meanwhile; that
+ * is an error only after reconnect_timeout_ms.
+ *
  * Thread-safety: one thread at a time per producer. */
 #ifndef SLUICE_PRODUCER_H
 #define SLUICE_PRODUCER_H
@@ -33,7 +44,9 @@ extern "C" {
 typedef struct sluice_producer sluice_producer;
 
 typedef struct sluice_producer_opts {
-    const char *redis_url;      /* as for the consumer */
+    const char *redis_url;      /* as for the consumer: one server, a list of servers
+                                   "redis://a:1,redis://b:2", or a cluster
+                                   "redis+cluster://host:port,..." */
     const char *queue;          /* an existing queue */
     const char *producer_id;    /* NULL: "<hostname>-<pid>-<random>" (at most 64 bytes) */
     int max_inflight;           /* pushes pipelined before waiting for replies; 0: 4 */
@@ -42,13 +55,15 @@ typedef struct sluice_producer_opts {
     volatile int *stop;         /* optional: when *stop != 0, waits end with SLUICE_ERR_IO */
 } sluice_producer_opts;
 
-/* Connects and checks that the queue exists. On SLUICE_OK *out is a new
- * producer owned by the caller; on failure *out is NULL and errbuf (if not
- * NULL) receives the reason. */
+/* Connects and checks that the queue exists (a partitioned queue: connects
+ * to every partition). On SLUICE_OK *out is a new producer owned by the
+ * caller; on failure *out is NULL and errbuf (if not NULL) receives the
+ * reason. */
 sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opts *o,
                                 char *errbuf, size_t errlen);
 
-/* Starts numbering batches of (epoch, task) from seq 0. Flushes first. */
+/* Starts numbering batches of (epoch, task) from seq 0. Flushes first. On
+ * a partitioned queue the task's batches go to partition task mod P. */
 sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t task);
 
 /* Packs n records into one batch and pushes it. The records are copied
@@ -56,7 +71,16 @@ sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t
  * return before Redis stored the batch (pipelining, and grouping of small
  * batches into one request): sluice_producer_flush() waits for that, so
  * call it before pausing, or a batch may wait in the producer until the
- * next push. Waits while the queue is at its budget. */
+ * next push. Waits while the queue is at its budget.
+ *
+ * On a partitioned queue, with a task held (sluice_producer_task_claim):
+ * when the task's partition stays at its budget while another partition
+ * has room and waiting tasks, returns SLUICE_ERR_FULL instead of waiting
+ * (errstr says so). The task's batches not stored yet are dropped; call
+ * sluice_producer_task_release(), which hands the task back with its
+ * resume point, and claim the next task (the claim prefers partitions with
+ * room). Until then every push returns SLUICE_ERR_FULL. Without another
+ * partition with room it waits, as for a plain queue. */
 sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n);
 
 /* Same, for a batch of nt tensors of n rows each (shape[0] == n). */
@@ -64,7 +88,7 @@ sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sl
                                         size_t nt);
 
 /* Waits until every push so far is stored in Redis (or dropped as a
- * duplicate). */
+ * duplicate). May return SLUICE_ERR_FULL as a push does. */
 sluice_err sluice_producer_flush(sluice_producer *p);
 
 /* Flushes (best effort), disconnects and frees p. NULL is a no-op. */
@@ -96,18 +120,33 @@ typedef struct sluice_task {
  * sluice_producer_task_done/_fail/_release; the producer's batch ids now
  * count within it (as sluice_producer_set_task(epoch, shard)). SLUICE_EOF:
  * the job is finished (or there is no job). SLUICE_ERR_TIMEOUT: no task
- * free yet. lease_ms 0 means 10000. */
+ * free yet. lease_ms 0 means 10000.
+ *
+ * A task handed back with a resume point (sluice_producer_task_release)
+ * comes with it: its pushes below that seq are stored already, so they
+ * return SLUICE_OK at once without encoding or sending anything (produce
+ * the task from its start as always; only the tail is pushed).
+ *
+ * A partitioned queue: tries the partitions from the producer's home
+ * partition on, first those below their budget, then any; waits while
+ * every partition's remaining tasks are held by others; SLUICE_EOF once
+ * every partition's job is finished. */
 sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int timeout_ms,
                                       int lease_ms);
 /* Flushes every push of the task, then marks it done. Frees t. Returns
  * SLUICE_ERR_IO with errstr "lease lost" when the task was reaped
- * meanwhile (someone else redoes it; nothing is lost). */
+ * meanwhile (someone else redoes it; nothing is lost). On a partitioned
+ * queue, SLUICE_ERR_FULL: the last pushes found the partition at its
+ * budget while another had room (see the pushes), so the task was handed
+ * back with its resume point instead; claim the next. */
 sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t);
 /* The task failed: error (one line) is kept; it is retried, or after the
  * job's max attempts recorded as failed. Frees t. */
 sluice_err sluice_producer_task_fail(sluice_producer *p, sluice_task *t, const char *error);
-/* Hands the task back untried (shutting down): it is not counted as an
- * attempt. Frees t. */
+/* Hands the task back untried (shutting down, or after SLUICE_ERR_FULL): it
+ * is not counted as an attempt. Its resume point goes with it: the first
+ * of its batches not known to be stored (whoever claims it again skips
+ * those before). Frees t. */
 sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t);
 
 typedef struct sluice_producer_stats {
@@ -122,6 +161,7 @@ typedef struct sluice_producer_stats {
     uint64_t tasks_failed;
 } sluice_producer_stats;
 
+/* The counters since open; a partitioned queue: summed over its partitions. */
 void sluice_producer_stats_get(const sluice_producer *p, sluice_producer_stats *st);
 
 /* Detail of the last failure on p (owned by p); "" when none. */
