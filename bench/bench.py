@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """The driver of `make bench` (started by bench/run.sh, which owns the
-private redis-server). For each payload size it measures, interleaved in
-one run: the redis-benchmark limit, sluice end to end (acks on and
-at-most-once, 1x1 and 2x2), the Python peer (1x1 and 2x2), and the latency
-of next() on a pre-filled queue. It prints a markdown report and writes it
-to --out (bench/results.md). bench/README.md says what each number means.
+private redis-server and the private Redis Clusters). For each payload size
+it measures, interleaved in one run: the redis-benchmark limit, sluice end
+to end (acks on and at-most-once, 1x1 and 2x2), the Python peer (1x1 and
+2x2), the latency of next() on a pre-filled queue, and sluice on a
+partitioned queue in Redis Clusters of 1, 2 and 3 masters (--clusters). It
+prints a markdown report and writes it to --out (bench/results.md).
+bench/README.md says what each number means.
 """
 import argparse
 import datetime
@@ -43,6 +45,37 @@ BUDGET_BATCHES_MAX = 1024
 LIMIT_SETTINGS = [(1, 1), (1, 16)]   # redis-benchmark (-c, -P)
 IDLE_MS = 300                # a 2x2 consumer stops after this long without a batch
 RUN_TIMEOUT_S = 180
+# Cluster scaling: a queue of PARTITIONS_PER_MASTER x masters partitions,
+# spread evenly (a fixed count would not be: the slots of "{Q#0}".."{Q#5}"
+# differ by fixed XOR patterns, CRC16 being linear, so on two masters that
+# split the slots at 8192 six partitions always go 4+2), CLUSTER_TOPO
+# producers x consumers in every shape, each producer switching partition
+# every max(CHUNK_MIN, max_inflight) batches.
+PARTITIONS_PER_MASTER = 2
+CLUSTER_TOPO = (2, 2)
+CHUNK_MIN = 16
+
+
+def crc16(data):
+    """CRC16-CCITT (XMODEM), the Redis Cluster key hash."""
+    crc = 0
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xffff
+    return crc
+
+
+def key_slot(key):
+    """The cluster slot of a key (its hash tag when it has a non-empty one)."""
+    k = key.encode()
+    i = k.find(b"{")
+    if i >= 0:
+        j = k.find(b"}", i + 1)
+        if j > i + 1:
+            k = k[i + 1:j]
+    return crc16(k) % 16384
 
 
 def human(n):
@@ -68,24 +101,35 @@ class Bench:
         self.build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
         self.url = "redis://127.0.0.1:%d" % a.port
         self.nrun = 0
+        # masters -> (redis+cluster:// URL, [every node's port])
+        self.clusters = {}
+        for url in a.clusters.split():
+            ports = [int(h.rsplit(":", 1)[1]) for h in url.split("://", 1)[1].strip("/").split(",")]
+            self.clusters[len(ports)] = (url, ports)
 
     # ---- helpers --------------------------------------------------------
-    def cli(self, *args):
-        return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.a.port)] + list(args),
-                              check=True, capture_output=True, text=True).stdout.strip()
+    def cli(self, *args, port=None):
+        return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port or self.a.port)]
+                              + list(args), check=True, capture_output=True, text=True).stdout.strip()
 
-    def ctl(self, *args):
-        subprocess.run([os.path.join(self.build, "sluice-ctl"), "--redis", self.url] + list(args),
-                       check=True, capture_output=True, text=True)
+    def ctl(self, *args, url=None):
+        r = subprocess.run([os.path.join(self.build, "sluice-ctl"), "--redis", url or self.url]
+                           + list(args), capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("sluice-ctl %s: %s" % (" ".join(args), r.stderr.strip()))
 
-    def redis_cpu_s(self):
-        """CPU seconds the server used so far (INFO cpu: getrusage, µs
-        resolution; /proc ticks are too coarse for short phases)."""
-        info = dict(line.split(":", 1) for line in self.cli("INFO", "cpu").splitlines()
-                    if ":" in line)
-        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+    def redis_cpu_s(self, ports=None):
+        """CPU seconds the server (or the servers on ports) used so far
+        (INFO cpu: getrusage, µs resolution; /proc ticks are too coarse for
+        short phases)."""
+        total = 0.0
+        for port in ports or [self.a.port]:
+            info = dict(line.split(":", 1) for line in self.cli("INFO", "cpu", port=port).splitlines()
+                        if ":" in line)
+            total += float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+        return total
 
-    def run_group(self, consumers, producers, until_idle=False):
+    def run_group(self, consumers, producers, until_idle=False, cpu_ports=None):
         """Starts the consumers, waits for each to print "ready", starts the
         producers, waits for all (until_idle: then tells the consumers,
         which run with --expect 0, to stop when idle); returns (consumer results, producer
@@ -99,7 +143,7 @@ class Bench:
                 cons.append(p)
                 if p.stdout.readline().strip() != "ready":
                     raise RuntimeError("consumer did not start: %s" % p.communicate()[1].strip())
-            cpu0 = self.redis_cpu_s()
+            cpu0 = self.redis_cpu_s(cpu_ports)
             prods = []
             for cmd in producers:
                 p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -116,7 +160,7 @@ class Bench:
                     name = os.path.basename(p.args[1] if p.args[0] == PY else p.args[0])
                     raise RuntimeError("%s exited %d: %s" % (name, p.returncode, err.strip()))
                 res.append(kv(out.strip().splitlines()[-1]))
-            cpu1 = self.redis_cpu_s()
+            cpu1 = self.redis_cpu_s(cpu_ports)
             return res[len(prods):], res[:len(prods)], cpu1 - cpu0
         finally:
             for p in procs:
@@ -203,6 +247,74 @@ class Bench:
         finally:
             self.ctl("delete", q)
 
+    def cluster_queue(self, masters):
+        """A fresh queue name whose PARTITIONS_PER_MASTER x masters
+        partitions spread evenly over the masters of the cluster (a
+        partition lives on the master of the slot of its hash tag {Q#p});
+        returns (name, partitions, partitions per master)."""
+        url, ports = self.clusters[masters]
+        owner = {}      # slot range -> port, from the masters' own view
+        for line in self.cli("CLUSTER", "NODES", port=ports[0]).splitlines():
+            f = line.split()
+            if "master" not in f[2].split(","):
+                continue
+            port = int(f[1].split("@")[0].rsplit(":", 1)[1])
+            for r in f[8:]:
+                if not r.startswith("["):
+                    lo, _, hi = r.partition("-")
+                    owner[(int(lo), int(hi or lo))] = port
+
+        def node(slot):
+            return next(p for (lo, hi), p in owner.items() if lo <= slot <= hi)
+        self.nrun += 1
+        nparts = PARTITIONS_PER_MASTER * masters
+        for k in range(10000):
+            name = "cbench%d_%d" % (self.nrun, k)
+            count = {}
+            for p in range(nparts):
+                n = node(key_slot("{%s#%d}" % (name, p)))
+                count[n] = count.get(n, 0) + 1
+            if len(count) == masters and max(count.values()) - min(count.values()) <= 1:
+                # The server must agree with our hash.
+                want = key_slot("{%s#0}" % name)
+                got = int(self.cli("CLUSTER", "KEYSLOT", "{%s#0}" % name, port=ports[0]))
+                if got != want:
+                    raise RuntimeError("slot of {%s#0}: ours %d, CLUSTER KEYSLOT %d" % (name, want, got))
+                return name, nparts, sorted(count.values(), reverse=True)
+        raise RuntimeError("no queue name spreads %d partitions evenly over %d masters"
+                           % (nparts, masters))
+
+    def cluster(self, size, masters):
+        """sluice (acks on) on a queue of PARTITIONS_PER_MASTER x masters
+        partitions in the cluster of `masters` masters, CLUSTER_TOPO
+        producers x consumers."""
+        pr = PARAMS[size]
+        url, ports = self.clusters[masters]
+        q, nparts, spread = self.cluster_queue(masters)
+        np_, nc = CLUSTER_TOPO
+        self.ctl("create", q, "--max-batches", str(budget_batches(size)),
+                 "--max-bytes", str(BUDGET_BYTES), "--partitions", str(nparts), url=url)
+        try:
+            per = pr["count"] // np_
+            cons = [[os.path.join(self.build, "bench-consume"), "--redis", url, "--queue", q,
+                     "--prefetch", str(pr["prefetch"]), "--ack", "explicit",
+                     "--expect", str(per * np_ if nc == 1 else 0), "--idle-ms", str(IDLE_MS)]
+                    for _ in range(nc)]
+            prods = [[os.path.join(self.build, "bench-produce"), "--redis", url, "--queue", q,
+                      "--size", str(size), "--count", str(per), "--inflight", str(pr["inflight"]),
+                      "--task", str(i + 1), "--chunk", str(max(CHUNK_MIN, pr["inflight"]))]
+                     for i in range(np_)]
+            c, p, rc = self.run_group(cons, prods, until_idle=nc > 1, cpu_ports=ports)
+            r = self.summarize(c, p, rc, size, per * np_)
+            r["spread"] = spread
+            r["partitions"] = nparts
+            return r
+        finally:
+            try:
+                self.ctl("delete", q, url=url)
+            except RuntimeError as e:
+                print("   (could not delete %s: %s)" % (q, e), file=sys.stderr, flush=True)
+
     def peer(self, size, np, nc):
         pr = PARAMS[size]
         self.nrun += 1
@@ -272,8 +384,22 @@ def main():
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="one repetition, a quarter of the data")
+    ap.add_argument("--clusters", default="",
+                    help="space-separated redis+cluster:// URLs of clusters of 1, 2, 3... masters "
+                         "(every node of each), for the cluster scaling part")
+    ap.add_argument("--cluster-sizes", help="sizes of the cluster part (default: --sizes)")
+    ap.add_argument("--cluster-only", action="store_true",
+                    help="only the cluster scaling part; its section replaces the one in --out")
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
+    csizes = [int(s) for s in (a.cluster_sizes or a.sizes).split(",")] if a.clusters else []
+    if a.cluster_only:
+        if not a.clusters:
+            ap.error("--cluster-only needs --clusters")
+        sizes = []
+    for s in sizes + csizes:
+        if s not in PARAMS:
+            ap.error("size %d: the sizes are %s" % (s, ",".join(str(x) for x in SIZES)))
     if a.quick:
         a.reps = 1
         for p in PARAMS.values():
@@ -304,9 +430,14 @@ def main():
         if r is not None:
             rows[key].append(r)
 
-    for size in sizes:
+    for size in sorted(set(sizes) | set(csizes)):
         print("== %s" % human(size), file=sys.stderr, flush=True)
         for rep in range(a.reps):
+            if size in csizes:
+                for m in sorted(b.clusters):
+                    add((size, "cluster", m), attempt("cluster %d masters" % m, b.cluster, size, m))
+            if size not in sizes:
+                continue
             if attempt("limit pre-fill", b.limit_prefill, size):
                 for c, pl in LIMIT_SETTINGS:
                     setting = "-c %d -P %d" % (c, pl)
@@ -321,19 +452,99 @@ def main():
                 add((size, "peer", topo), attempt("peer " + topo, b.peer, size, np_, nc))
             print("   rep %d done (%.0f s)" % (rep + 1, time.time() - started), file=sys.stderr,
                   flush=True)
-        r = attempt("next() latency", b.latency, size)
-        if r is not None:
-            lat[size] = r
+        if size in sizes:
+            r = attempt("next() latency", b.latency, size)
+            if r is not None:
+                lat[size] = r
 
     load = (load0, loadavg())
-    report = render(a, sizes, rows, lat, time.time() - started, load, failures)
+    csec = render_cluster(a, csizes, rows, b, failures if a.cluster_only else [])
+    if a.cluster_only:
+        report = csec
+        print(report)
+        splice_section(a.out, report)
+        print("cluster section replaced in %s" % os.path.relpath(a.out, ROOT), file=sys.stderr)
+        return
+    report = render(a, sizes, rows, lat, time.time() - started, load, failures, csec)
     print(report)
     with open(a.out, "w") as f:
         f.write(report)
     print("written to %s" % os.path.relpath(a.out, ROOT), file=sys.stderr)
 
 
-def render(a, sizes, rows, lat, elapsed, load, failures):
+CLUSTER_HEADING = "## Scaling over Redis Cluster masters"
+
+
+def splice_section(path, section):
+    """Replaces the cluster section of the report in path (up to the next
+    "## " heading) with section, or adds it at the end."""
+    try:
+        with open(path) as f:
+            lines = f.read().split("\n")
+    except FileNotFoundError:
+        lines = []
+    try:
+        i = lines.index(CLUSTER_HEADING)
+        j = next((k for k in range(i + 1, len(lines)) if lines[k].startswith("## ")), len(lines))
+    except ValueError:
+        i = j = len(lines)
+    lines[i:j] = section.rstrip("\n").split("\n") + [""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def render_cluster(a, csizes, rows, b, failures):
+    """The cluster scaling section: sluice acks on, 2 partitions per master,
+    CLUSTER_TOPO, per size and number of masters; x 1 master = ratio of the
+    medians to the 1-master figure. Empty when there was no cluster."""
+    if not csizes:
+        return ""
+    med = {k: median_run(v) for k, v in rows.items() if v}
+    out = []
+    w = out.append
+    w(CLUSTER_HEADING + "\n")
+    w("- machine: **%d cores** (nproc); every master, producer and consumer shares them, so on a "
+      "small machine the shape of the curve matters, not the absolute figures" % os.cpu_count())
+    w("- clusters: %s, private, no replicas, every node `redis-server --cluster-enabled yes %s`; "
+      "the idle clusters stay up during every run"
+      % (", ".join("%d master%s" % (m, "s" if m > 1 else "") for m in sorted(b.clusters)),
+         a.redis_args.strip()))
+    w("- queue: %d partitions per master (`sluice-ctl create --partitions`), the queue name chosen "
+      "so they spread evenly over the masters; budgets per partition as the single-server queue's; "
+      "sluice acks on, %dx%d (producers x consumers); each producer moves to the next partition "
+      "every max(%d, max_inflight) batches (`bench-produce --chunk`)"
+      % (PARTITIONS_PER_MASTER, CLUSTER_TOPO[0], CLUSTER_TOPO[1], CHUNK_MIN))
+    w("- repetitions: %d, the shapes interleaved; each figure is the run with the median MB/s; "
+      "`x 1 master` = that median over the 1-master median; `x single` = over the single "
+      "server's `sluice acks %dx%d` of this run (plain queue, no cluster)"
+      % (a.reps, CLUSTER_TOPO[0], CLUSTER_TOPO[1]))
+    w("")
+    w("| size | masters | partitions (per master) | batches/s | MB/s | x 1 master | x single | "
+      "prod CPU s/GB | cons CPU s/GB | redis CPU s/GB (all nodes) | cons RSS MiB |")
+    w("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for s in csizes:
+        one = med.get((s, "cluster", 1))
+        single = med.get((s, "sluice acks", "%dx%d" % CLUSTER_TOPO))
+        for m in sorted(b.clusters):
+            v = med.get((s, "cluster", m))
+            if not v:
+                w("| %s | %d | failed (see below) | | | | | | | | |" % (human(s), m))
+                continue
+            w("| %s | %d | %d (%s) | %s | %s | %s | %s | %s | %s | %s | %s |"
+              % (human(s), m, v["partitions"], "+".join(str(x) for x in v["spread"]), fmt(v["bps"]),
+                 fmt(v["mbs"]),
+                 fmt(one and v["mbs"] / one["mbs"], 2), fmt(single and v["mbs"] / single["mbs"], 2),
+                 fmt(v["pcpu"], 2), fmt(v["ccpu"], 2), fmt(v["rcpu"], 2), fmt(v["crss"], 1)))
+    w("")
+    if failures:
+        w("Failed measurements:\n")
+        for f_ in failures:
+            w("- " + f_)
+        w("")
+    return "\n".join(out)
+
+
+def render(a, sizes, rows, lat, elapsed, load, failures, cluster_section=""):
     med = {k: median_run(v) for k, v in rows.items() if v}
     out = []
     w = out.append
@@ -398,7 +609,7 @@ def render(a, sizes, rows, lat, elapsed, load, failures):
     for s in sizes:
         lim = best(s, "limit")
         for k, v in sorted(med.items(), key=lambda kv_: kv_[0][1] != "limit"):
-            if k[0] != s:
+            if k[0] != s or k[1] == "cluster":
                 continue
             if k[1] == "limit":
                 w("| %s | limit | %s | %s | %s | %s | | | | %s | | |"
@@ -411,6 +622,8 @@ def render(a, sizes, rows, lat, elapsed, load, failures):
                  fmt(ratio(v, peer), 1), fmt(v["pcpu"], 2), fmt(v["ccpu"], 2), fmt(v["rcpu"], 2),
                  fmt(v["prss"], 1), fmt(v["crss"], 1)))
     w("")
+    if cluster_section:
+        w(cluster_section)
     w("## next() when the batch is already prefetched\n")
     w("Pre-filled queue, acks on, a sleep before each next() so the prefetcher is ahead; calls "
       "during which the consumer's blocked_us counter grew (it waited for Redis) are left out "

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# `make bench`: starts a private redis-server (scripts/redis-tmp.sh) and runs
-# bench/bench.py against it; the server is stopped on exit. Arguments are
-# passed to bench.py (--quick, --sizes 1024,65536, --reps N, --out FILE).
+# `make bench`: starts a private redis-server (scripts/redis-tmp.sh) and
+# private Redis Clusters of 1, 2 and 3 masters (tests/integration/_cluster.sh)
+# and runs bench/bench.py against them; every server is stopped on exit.
+# Arguments are passed to bench.py (--quick, --sizes 1024,65536, --reps N,
+# --out FILE, --cluster-sizes 65536,1048576, --cluster-only); --no-cluster
+# (taken here) skips the clusters and the scaling part.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +26,21 @@ maxmem_mb=$((avail_kb / 2048))
 ((maxmem_mb > 8192)) && maxmem_mb=8192
 REDIS_ARGS=(--save '' --appendonly no --maxmemory "${maxmem_mb}mb" --maxmemory-policy noeviction)
 redis_tmp_start "${REDIS_ARGS[@]}"
+port=$REDIS_PORT
 
-/usr/bin/python3 bench/bench.py --build "$BUILD" --port "$REDIS_PORT" \
-    --redis-args "$(printf '%q ' "${REDIS_ARGS[@]}")" "$@"
+args=() clusters=() with_clusters=1
+for a in "$@"; do
+    if [[ $a == --no-cluster ]]; then with_clusters=0; else args+=("$a"); fi
+done
+if ((with_clusters)); then
+    . tests/integration/_cluster.sh
+    CLUSTER_REDIS_ARGS=("${REDIS_ARGS[@]}")
+    for m in 1 2 3; do
+        cluster_start "$m" 0 || { echo "bench: could not start a cluster of $m masters" >&2; exit 1; }
+        clusters+=("$CLUSTER_URL")
+    done
+fi
+
+/usr/bin/python3 bench/bench.py --build "$BUILD" --port "$port" \
+    --redis-args "$(printf '%q ' "${REDIS_ARGS[@]}")" --clusters "${clusters[*]}" \
+    ${args[@]+"${args[@]}"}

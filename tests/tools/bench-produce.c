@@ -11,6 +11,12 @@
  * processes of one run) taken just before the first push and just after the
  * flush; cpu_us comes from getrusage(RUSAGE_SELF), so it covers every
  * thread of the process; maxrss_kb is the peak resident set (VmHWM).
+ *
+ * --chunk N starts a new task every N batches (task numbers T << 32 | k,
+ * distinct across producers of distinct --task T). On a partitioned queue
+ * each new task goes to the next partition, so one producer spreads its
+ * batches over every partition, N at a time; without it they all go to
+ * one partition.
  * Exit status 0, 1 on a sluice error, 2 on bad usage. */
 #include <sluice/producer.h>
 
@@ -29,7 +35,7 @@ static int usage(const char *why)
     fprintf(stderr,
             PROG ": %s\n"
             "usage: " PROG " --redis URL --queue Q --size BYTES --count N\n"
-            "                     [--records R] [--inflight K] [--task T]\n",
+            "                     [--records R] [--inflight K] [--task T] [--chunk N]\n",
             why);
     return 2;
 }
@@ -73,7 +79,7 @@ static long peak_rss_kb(void)
 int main(int argc, char **argv)
 {
     const char *url = NULL, *queue = NULL;
-    long long size = -1, count = -1, nrec = 1, inflight = 0, task = 1;
+    long long size = -1, count = -1, nrec = 1, inflight = 0, task = 1, chunk = 0;
 
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
@@ -94,6 +100,8 @@ int main(int argc, char **argv)
             bad = parse_ll(v, 0, 1024, &inflight);
         else if (!strcmp(a, "--task"))
             bad = parse_ll(v, 0, INT32_MAX, &task);
+        else if (!strcmp(a, "--chunk"))
+            bad = parse_ll(v, 0, INT32_MAX, &chunk);
         else
             return usage("unknown option");
         if (bad)
@@ -135,11 +143,16 @@ int main(int argc, char **argv)
         return 1;
     }
     /* Distinct task numbers per producer keep batch ids unique in a run. */
-    e = sluice_producer_set_task(p, 0, (uint64_t)task);
+    uint64_t base = chunk > 0 ? (uint64_t)task << 32 : (uint64_t)task;
+    e = sluice_producer_set_task(p, 0, base);
 
     uint64_t t0 = wall_us();
-    for (long long n = 0; e == SLUICE_OK && n < count; n++)
-        e = sluice_producer_push_records(p, recs, (size_t)nrec);
+    for (long long n = 0; e == SLUICE_OK && n < count; n++) {
+        if (chunk > 0 && n > 0 && n % chunk == 0)
+            e = sluice_producer_set_task(p, 0, base | (uint64_t)(n / chunk));
+        if (e == SLUICE_OK)
+            e = sluice_producer_push_records(p, recs, (size_t)nrec);
+    }
     if (e == SLUICE_OK)
         e = sluice_producer_flush(p);
     uint64_t t1 = wall_us();
