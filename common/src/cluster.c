@@ -26,7 +26,7 @@
 #define DEFAULT_DEADLINE_MS 30000
 #define CMD_TIMEOUT_MS_DEFAULT 10000
 /* Longest piece of the input quoted back in an error message. */
-#define QUOTE_MAX 64
+#define QUOTE_MAX SLUICEI_QUOTE_MAX
 
 typedef struct node {
     char *host;
@@ -77,32 +77,8 @@ struct sluicei_router {
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-/* Copies s[0..n) into a printable one-line quote (control bytes become
- * '?', a long piece is cut with "..."). */
-static const char *quote(char *dst, size_t dstlen, const char *s, size_t n)
-{
-    size_t o = 0, lim = n > QUOTE_MAX ? QUOTE_MAX : n;
-    for (size_t i = 0; i < lim && o + 4 < dstlen; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        dst[o++] = ch >= 32 && ch < 127 ? (char)ch : '?';
-    }
-    if (lim < n && o + 4 <= dstlen) {
-        memcpy(dst + o, "...", 3);
-        o += 3;
-    }
-    dst[o] = '\0';
-    return dst;
-}
+#define seterr sluicei_seterr
+#define quote sluicei_quote
 
 static int prefix_nocase(const char *s, const char *prefix)
 {

@@ -30,12 +30,14 @@
 #define STOP_POLL_MS 50
 /* A connect never gets less than this, even right at the deadline. */
 #define CONNECT_TIMEOUT_FLOOR_MS 10
-/* Longest piece of the input quoted back in an error message. */
-#define QUOTE_MAX 48
+#define QUOTE_MAX SLUICEI_QUOTE_MAX
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
+#define seterr sluicei_seterr
+#define quote sluicei_quote
+
+void sluicei_seterr(char *err, size_t errlen, const char *fmt, ...)
 {
     if (!err || errlen == 0)
         return;
@@ -47,7 +49,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 
 /* Copies s[0..n) into a printable one-line quote: control bytes become '?'
  * and a long piece is cut with "...". */
-static const char *quote(char *dst, size_t dstlen, const char *s, size_t n)
+const char *sluicei_quote(char *dst, size_t dstlen, const char *s, size_t n)
 {
     size_t o = 0, lim = n > QUOTE_MAX ? QUOTE_MAX : n;
     for (size_t i = 0; i < lim && o + 4 < dstlen; i++) {
@@ -154,50 +156,42 @@ static char *percent_decode(const char *s, size_t n, int *bad)
     return d;
 }
 
-/* Parses the db number s[0..n) for a URL of kind ("redis URL", "unix URL"). */
-static sluice_err parse_db(const char *kind, const char *s, size_t n, int *db, char *err,
-                           size_t errlen)
+/* Parses the number s[0..n) of a URL of kind ("redis URL", "unix URL"):
+ * what ("db", "wait") in 0..max, described as `desc` when it is no number
+ * ("a non-negative integer", "a number of replicas 0..16"). */
+static sluice_err parse_num(const char *kind, const char *what, const char *desc, long max,
+                            const char *s, size_t n, int *out, char *err, size_t errlen)
 {
     char q[QUOTE_MAX + 8];
     size_t d = 0;
     while (d < n && is_digit(s[d]))
         d++;
     if (d == 0 || d != n) {
-        seterr(err, errlen, "%s: db '%s' is not a non-negative integer", kind,
-               quote(q, sizeof q, s, n));
+        seterr(err, errlen, "%s: %s '%s' is not %s", kind, what, quote(q, sizeof q, s, n), desc);
         return SLUICE_ERR_INVALID;
     }
-    long v = digits_value(s, n, MAX_DB);
-    if (v > MAX_DB) {
-        seterr(err, errlen, "%s: db %s out of range 0..%d", kind, quote(q, sizeof q, s, n),
-               MAX_DB);
+    long v = digits_value(s, n, max);
+    if (v > max) {
+        seterr(err, errlen, "%s: %s %s out of range 0..%ld", kind, what, quote(q, sizeof q, s, n),
+               max);
         return SLUICE_ERR_INVALID;
     }
-    *db = (int)v;
+    *out = (int)v;
     return SLUICE_OK;
 }
 
-/* Parses the replica count of "wait=N", s[0..n), into *wait. */
+static sluice_err parse_db(const char *kind, const char *s, size_t n, int *db, char *err,
+                           size_t errlen)
+{
+    return parse_num(kind, "db", "a non-negative integer", MAX_DB, s, n, db, err, errlen);
+}
+
+/* The replica count of "wait=N". */
 static sluice_err parse_wait(const char *kind, const char *s, size_t n, int *wait, char *err,
                              size_t errlen)
 {
-    char q[QUOTE_MAX + 8];
-    size_t d = 0;
-    while (d < n && is_digit(s[d]))
-        d++;
-    if (d == 0 || d != n) {
-        seterr(err, errlen, "%s: wait '%s' is not a number of replicas 0..%d", kind,
-               quote(q, sizeof q, s, n), MAX_WAIT);
-        return SLUICE_ERR_INVALID;
-    }
-    long v = digits_value(s, n, MAX_WAIT);
-    if (v > MAX_WAIT) {
-        seterr(err, errlen, "%s: wait %s out of range 0..%d", kind, quote(q, sizeof q, s, n),
-               MAX_WAIT);
-        return SLUICE_ERR_INVALID;
-    }
-    *wait = (int)v;
-    return SLUICE_OK;
+    return parse_num(kind, "wait", "a number of replicas 0..16", MAX_WAIT, s, n, wait, err,
+                     errlen);
 }
 
 /* The query of a redis:// URL, p[0..] after its '?': "wait=N" (empty

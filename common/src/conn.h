@@ -101,6 +101,15 @@ sluice_err sluicei_conn_flush(sluicei_conn *c);
 /* Sets the socket timeout for the following commands (0: c->cmd_timeout_ms). */
 void sluicei_conn_set_timeout(sluicei_conn *c, int timeout_ms);
 
+/* Error-message helpers shared by the address parsers (conn.c, cluster.c):
+ * printf into err (nothing when err is NULL), and a printable one-line
+ * quote of s[0..n) (control bytes as '?', cut with "..." after
+ * SLUICEI_QUOTE_MAX bytes) for dst of at least SLUICEI_QUOTE_MAX + 8. */
+#define SLUICEI_QUOTE_MAX 48
+void sluicei_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const char *sluicei_quote(char *dst, size_t dstlen, const char *s, size_t n);
+
 /* Monotonic milliseconds and wall-clock microseconds. */
 int64_t sluicei_now_ms(void);
 uint64_t sluicei_wall_us(void);
