@@ -50,10 +50,22 @@ RUN_TIMEOUT_S = 180
 # differ by fixed XOR patterns, CRC16 being linear, so on two masters that
 # split the slots at 8192 six partitions always go 4+2), CLUSTER_TOPO
 # producers x consumers in every shape, each producer switching partition
-# every max(CHUNK_MIN, max_inflight) batches.
+# every max(CHUNK_MIN, max_inflight) batches, or more often when its batches
+# would otherwise not go CHUNK_ROUNDS times round the partitions: a
+# producer starts at its home partition (from its id, which differs from run
+# to run), so with few chunks some partitions, and their masters, get twice
+# the share of others (4 MiB: 64 batches a producer, 4 chunks of 16 over 6
+# partitions) and the busiest master's CPU per GB measures that split.
 PARTITIONS_PER_MASTER = 2
 CLUSTER_TOPO = (2, 2)
 CHUNK_MIN = 16
+CHUNK_ROUNDS = 4
+
+
+def cluster_chunk(per, inflight, nparts):
+    """Batches a producer of `per` batches pushes before moving to the next
+    of nparts partitions (bench-produce --chunk)."""
+    return max(1, min(max(CHUNK_MIN, inflight), per // (CHUNK_ROUNDS * nparts)))
 
 
 def crc16(data):
@@ -118,22 +130,28 @@ class Bench:
         if r.returncode != 0:
             raise RuntimeError("sluice-ctl %s: %s" % (" ".join(args), r.stderr.strip()))
 
-    def redis_cpu_s(self, ports=None):
-        """CPU seconds the server (or the servers on ports) used so far
-        (INFO cpu: getrusage, µs resolution; /proc ticks are too coarse for
-        short phases)."""
-        total = 0.0
+    def redis_cpu_by_port(self, ports=None):
+        """CPU seconds each server on ports (default: the private server)
+        used so far, port -> seconds (INFO cpu: getrusage of the whole
+        process, µs resolution; /proc ticks are too coarse for short
+        phases)."""
+        out = {}
         for port in ports or [self.a.port]:
             info = dict(line.split(":", 1) for line in self.cli("INFO", "cpu", port=port).splitlines()
                         if ":" in line)
-            total += float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
-        return total
+            out[port] = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+        return out
 
-    def run_group(self, consumers, producers, until_idle=False, cpu_ports=None):
+    def redis_cpu_s(self, ports=None):
+        """CPU seconds the server (or the servers on ports) used so far."""
+        return sum(self.redis_cpu_by_port(ports).values())
+
+    def run_group(self, consumers, producers, until_idle=False, cpu_ports=None, cpu_split=None):
         """Starts the consumers, waits for each to print "ready", starts the
         producers, waits for all (until_idle: then tells the consumers,
         which run with --expect 0, to stop when idle); returns (consumer results, producer
-        results, redis CPU seconds) or raises RuntimeError."""
+        results, redis CPU seconds, summed over cpu_ports) or raises RuntimeError.
+        cpu_split (a dict), when given, gets each port's own CPU seconds."""
         procs = []
         try:
             cons = []
@@ -143,7 +161,7 @@ class Bench:
                 cons.append(p)
                 if p.stdout.readline().strip() != "ready":
                     raise RuntimeError("consumer did not start: %s" % p.communicate()[1].strip())
-            cpu0 = self.redis_cpu_s(cpu_ports)
+            cpu0 = self.redis_cpu_by_port(cpu_ports)
             prods = []
             for cmd in producers:
                 p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -160,8 +178,11 @@ class Bench:
                     name = os.path.basename(p.args[1] if p.args[0] == PY else p.args[0])
                     raise RuntimeError("%s exited %d: %s" % (name, p.returncode, err.strip()))
                 res.append(kv(out.strip().splitlines()[-1]))
-            cpu1 = self.redis_cpu_s(cpu_ports)
-            return res[len(prods):], res[:len(prods)], cpu1 - cpu0
+            cpu1 = self.redis_cpu_by_port(cpu_ports)
+            used = {port: cpu1[port] - cpu0[port] for port in cpu1}
+            if cpu_split is not None:
+                cpu_split.update(used)
+            return res[len(prods):], res[:len(prods)], sum(used.values())
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -251,7 +272,8 @@ class Bench:
         """A fresh queue name whose PARTITIONS_PER_MASTER x masters
         partitions spread evenly over the masters of the cluster (a
         partition lives on the master of the slot of its hash tag {Q#p});
-        returns (name, partitions, partitions per master)."""
+        returns (name, partitions, partitions per master, the masters'
+        ports)."""
         url, ports = self.clusters[masters]
         owner = {}      # slot range -> port, from the masters' own view
         for line in self.cli("CLUSTER", "NODES", port=ports[0]).splitlines():
@@ -280,7 +302,7 @@ class Bench:
                 got = int(self.cli("CLUSTER", "KEYSLOT", "{%s#0}" % name, port=ports[0]))
                 if got != want:
                     raise RuntimeError("slot of {%s#0}: ours %d, CLUSTER KEYSLOT %d" % (name, want, got))
-                return name, nparts, sorted(count.values(), reverse=True)
+                return name, nparts, sorted(count.values(), reverse=True), sorted(set(owner.values()))
         raise RuntimeError("no queue name spreads %d partitions evenly over %d masters"
                            % (nparts, masters))
 
@@ -290,24 +312,38 @@ class Bench:
         producers x consumers."""
         pr = PARAMS[size]
         url, ports = self.clusters[masters]
-        q, nparts, spread = self.cluster_queue(masters)
+        q, nparts, spread, mports = self.cluster_queue(masters)
         np_, nc = CLUSTER_TOPO
         self.ctl("create", q, "--max-batches", str(budget_batches(size)),
                  "--max-bytes", str(BUDGET_BYTES), "--partitions", str(nparts), url=url)
         try:
             per = pr["count"] // np_
+            chunk = cluster_chunk(per, pr["inflight"], nparts)
             cons = [[os.path.join(self.build, "bench-consume"), "--redis", url, "--queue", q,
                      "--prefetch", str(pr["prefetch"]), "--ack", "explicit",
                      "--expect", str(per * np_ if nc == 1 else 0), "--idle-ms", str(IDLE_MS)]
                     for _ in range(nc)]
             prods = [[os.path.join(self.build, "bench-produce"), "--redis", url, "--queue", q,
                       "--size", str(size), "--count", str(per), "--inflight", str(pr["inflight"]),
-                      "--task", str(i + 1), "--chunk", str(max(CHUNK_MIN, pr["inflight"]))]
+                      "--task", str(i + 1), "--chunk", str(chunk)]
                      for i in range(np_)]
-            c, p, rc = self.run_group(cons, prods, until_idle=nc > 1, cpu_ports=ports)
+            split = {}
+            c, p, rc = self.run_group(cons, prods, until_idle=nc > 1,
+                                      cpu_ports=sorted(set(ports) | set(mports)), cpu_split=split)
             r = self.summarize(c, p, rc, size, per * np_)
             r["spread"] = spread
             r["partitions"] = nparts
+            r["chunk"] = chunk
+            # Each master's own CPU per GB of the queue's payload: the
+            # busiest one is the node that saturates its core first when
+            # every node has a core of its own.
+            gb = size * per * np_ / 1e9
+            busiest = max(split[port] for port in mports)
+            r["bcpu"] = busiest / gb
+            r["bcores"] = busiest / r["secs"]
+            print("   %s, %d master%s: %.0f MB/s, busiest master %.2f CPU s/GB"
+                  % (human(size), masters, "s" if masters > 1 else "", r["mbs"], r["bcpu"]),
+                  file=sys.stderr, flush=True)
             return r
         finally:
             try:
@@ -389,7 +425,8 @@ def main():
                          "(every node of each), for the cluster scaling part")
     ap.add_argument("--cluster-sizes", help="sizes of the cluster part (default: --sizes)")
     ap.add_argument("--cluster-only", action="store_true",
-                    help="only the cluster scaling part; its section replaces the one in --out")
+                    help="only the cluster scaling part (and the single server's run it compares "
+                         "with); its section replaces the one in --out")
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     csizes = [int(s) for s in (a.cluster_sizes or a.sizes).split(",")] if a.clusters else []
@@ -436,6 +473,12 @@ def main():
             if size in csizes:
                 for m in sorted(b.clusters):
                     add((size, "cluster", m), attempt("cluster %d masters" % m, b.cluster, size, m))
+                if a.cluster_only:
+                    # The single server's plain queue that `x single`
+                    # compares with, measured in this run too.
+                    topo = "%dx%d" % CLUSTER_TOPO
+                    add((size, "sluice acks", topo), attempt("sluice acks " + topo, b.sluice, size,
+                                                             "explicit", *CLUSTER_TOPO))
             if size not in sizes:
                 continue
             if attempt("limit pre-fill", b.limit_prefill, size):
@@ -496,15 +539,21 @@ def splice_section(path, section):
 def render_cluster(a, csizes, rows, b, failures):
     """The cluster scaling section: sluice acks on, 2 partitions per master,
     CLUSTER_TOPO, per size and number of masters; x 1 master = ratio of the
-    medians to the 1-master figure. Empty when there was no cluster."""
+    medians to the 1-master figure; Redis capacity x 1 master = the 1-master
+    run's busiest-master CPU per GB over this run's. Empty when there was no
+    cluster."""
     if not csizes:
         return ""
     med = {k: median_run(v) for k, v in rows.items() if v}
     out = []
     w = out.append
     w(CLUSTER_HEADING + "\n")
-    w("- machine: **%d cores** (nproc); every master, producer and consumer shares them, so on a "
-      "small machine the shape of the curve matters, not the absolute figures" % os.cpu_count())
+    ncpu = os.cpu_count()
+    w("- machine: **%d cores** (nproc); every master, producer and consumer shares them%s"
+      % (ncpu, ": with more busy processes than cores, end-to-end MB/s measures the machine, not "
+         "the cluster, and cannot grow with masters here; what partitioning buys shows in each "
+         "master's own CPU cost (the last columns)"
+         if ncpu < max(b.clusters) + sum(CLUSTER_TOPO) else ""))
     w("- clusters: %s, private, no replicas, every node `redis-server --cluster-enabled yes %s`; "
       "the idle clusters stay up during every run"
       % (", ".join("%d master%s" % (m, "s" if m > 1 else "") for m in sorted(b.clusters)),
@@ -512,29 +561,49 @@ def render_cluster(a, csizes, rows, b, failures):
     w("- queue: %d partitions per master (`sluice-ctl create --partitions`), the queue name chosen "
       "so they spread evenly over the masters; budgets per partition as the single-server queue's; "
       "sluice acks on, %dx%d (producers x consumers); each producer moves to the next partition "
-      "every max(%d, max_inflight) batches (`bench-produce --chunk`)"
-      % (PARTITIONS_PER_MASTER, CLUSTER_TOPO[0], CLUSTER_TOPO[1], CHUNK_MIN))
+      "every max(%d, max_inflight) batches (`bench-produce --chunk`), or after fewer when its "
+      "batches would otherwise go round the partitions fewer than %d times (column `chunk`): it "
+      "starts at a home partition that changes from run to run, so with few rounds some masters "
+      "would get a larger share than others"
+      % (PARTITIONS_PER_MASTER, CLUSTER_TOPO[0], CLUSTER_TOPO[1], CHUNK_MIN, CHUNK_ROUNDS))
     w("- repetitions: %d, the shapes interleaved; each figure is the run with the median MB/s; "
       "`x 1 master` = that median over the 1-master median; `x single` = over the single "
-      "server's `sluice acks %dx%d` of this run (plain queue, no cluster)"
+      "server's `sluice acks %dx%d` of this run (plain queue, no cluster); both are measured "
+      "end-to-end throughput"
       % (a.reps, CLUSTER_TOPO[0], CLUSTER_TOPO[1]))
+    w("- per-master Redis CPU: each node's own CPU seconds (INFO cpu, used_cpu_sys + "
+      "used_cpu_user, read before and after the run) per GB of payload; `busiest master CPU "
+      "s/GB` is the highest of the masters' (the all-nodes column over the number of masters is "
+      "their mean: the two differ by how unevenly the load spread), `busiest master core use` "
+      "its CPU seconds over the run's window, first push to last batch received (1.00 = one "
+      "core saturated)")
+    w("- **`Redis capacity x 1 master`** = busiest master CPU s/GB with 1 master / the same with "
+      "this many masters: how much more traffic the cluster could carry than one master before "
+      "its busiest node saturates one core, if each node's CPU per GB stays as measured here. "
+      "It is a **projection from CPU cost, not a measured throughput**: it is what scales when "
+      "every master has a core of its own (and the producers and consumers have theirs), and it "
+      "counts only the Redis side")
     w("")
-    w("| size | masters | partitions (per master) | batches/s | MB/s | x 1 master | x single | "
-      "prod CPU s/GB | cons CPU s/GB | redis CPU s/GB (all nodes) | cons RSS MiB |")
-    w("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    w("| size | masters | partitions (per master) | chunk | batches/s | MB/s | x 1 master | x single | "
+      "prod CPU s/GB | cons CPU s/GB | redis CPU s/GB (all nodes) | busiest master CPU s/GB | "
+      "busiest master core use | Redis capacity x 1 master | cons RSS MiB |")
+    w("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for s in csizes:
         one = med.get((s, "cluster", 1))
         single = med.get((s, "sluice acks", "%dx%d" % CLUSTER_TOPO))
         for m in sorted(b.clusters):
             v = med.get((s, "cluster", m))
             if not v:
-                w("| %s | %d | failed (see below) | | | | | | | | |" % (human(s), m))
+                w("| %s | %d | failed (see below) | | | | | | | | | | | | |" % (human(s), m))
                 continue
-            w("| %s | %d | %d (%s) | %s | %s | %s | %s | %s | %s | %s | %s |"
-              % (human(s), m, v["partitions"], "+".join(str(x) for x in v["spread"]), fmt(v["bps"]),
+            w("| %s | %d | %d (%s) | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+              % (human(s), m, v["partitions"], "+".join(str(x) for x in v["spread"]), v["chunk"],
+                 fmt(v["bps"]),
                  fmt(v["mbs"]),
                  fmt(one and v["mbs"] / one["mbs"], 2), fmt(single and v["mbs"] / single["mbs"], 2),
-                 fmt(v["pcpu"], 2), fmt(v["ccpu"], 2), fmt(v["rcpu"], 2), fmt(v["crss"], 1)))
+                 fmt(v["pcpu"], 2), fmt(v["ccpu"], 2), fmt(v["rcpu"], 2), fmt(v["bcpu"], 2),
+                 fmt(v["bcores"], 2), fmt(one and v["bcpu"] and one["bcpu"] / v["bcpu"], 2),
+                 fmt(v["crss"], 1)))
     w("")
     if failures:
         w("Failed measurements:\n")
