@@ -194,7 +194,7 @@ clean:
 # scratch copy of its seed corpus tests/fuzz/corpus/NAME. The replay
 # binaries run the seeds and tests/fuzz/regress/NAME (inputs of fixed
 # crashes) through the same checks with any compiler, in `make test`.
-FUZZ_TARGETS ?= wire url tfrecord idx manifest
+FUZZ_TARGETS ?= wire url addr tfrecord idx manifest
 FUZZ_TIME ?= 60
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \

@@ -733,8 +733,8 @@ static sluice_err make_desc(sluicei_router *r)
 
 /* ---- the router ------------------------------------------------------- */
 
-sluice_err sluicei_router_open(sluicei_router **out, const char *addr, int connect_timeout_ms,
-                               int cmd_timeout_ms, char *err, size_t errlen)
+static sluice_err router_new(sluicei_router **out, const char *addr, int connect_timeout_ms,
+                             int cmd_timeout_ms, int read_map, char *err, size_t errlen)
 {
     *out = NULL;
     if (!addr || !*addr) {
@@ -774,7 +774,7 @@ sluice_err sluicei_router_open(sluicei_router **out, const char *addr, int conne
                 e = SLUICE_ERR_NOMEM;
                 break;
             }
-        if (e == SLUICE_OK) {
+        if (e == SLUICE_OK && read_map) {
             char why[400];
             e = refresh_map(r, why, sizeof why);
             if (e != SLUICE_OK)
@@ -790,6 +790,17 @@ sluice_err sluicei_router_open(sluicei_router **out, const char *addr, int conne
     }
     *out = r;
     return SLUICE_OK;
+}
+
+sluice_err sluicei_router_open(sluicei_router **out, const char *addr, int connect_timeout_ms,
+                               int cmd_timeout_ms, char *err, size_t errlen)
+{
+    return router_new(out, addr, connect_timeout_ms, cmd_timeout_ms, 1, err, errlen);
+}
+
+sluice_err sluicei_router_parse(sluicei_router **out, const char *addr, char *err, size_t errlen)
+{
+    return router_new(out, addr, 0, 0, 0, err, errlen);
 }
 
 void sluicei_router_close(sluicei_router *r)

@@ -52,6 +52,9 @@ unsigned sluicei_crc16(const char *buf, size_t len);
  * cmd_timeout_ms (0: defaults) are those of every connection it opens. */
 sluice_err sluicei_router_open(sluicei_router **out, const char *addr, int connect_timeout_ms,
                                int cmd_timeout_ms, char *err, size_t errlen);
+/* The same without any I/O: the address is only parsed (a cluster's slot
+ * map is read on first use). For tests and the fuzzer. */
+sluice_err sluicei_router_parse(sluicei_router **out, const char *addr, char *err, size_t errlen);
 void sluicei_router_close(sluicei_router *r);   /* NULL is a no-op */
 sluicei_router_kind sluicei_router_kind_of(const sluicei_router *r);
 /* Printable form of the address, without password. */
