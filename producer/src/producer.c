@@ -207,6 +207,11 @@ struct sluice_producer {
     int redirect_pause_ms;             /* the pause before the next try */
     redisReply *exec_reply;            /* with WAIT: the oldest group's EXEC reply, applied
                                           when its WAIT answered */
+    /* WAIT asks for at most the replicas the node has connected (ROLE), so
+     * that a replica that is down does not cost every push a second. */
+    int wait_have;                     /* replicas ROLE showed; -1: not asked */
+    int role_due;                      /* a WAIT came back short: ask ROLE */
+    int64_t role_next_ms;              /* while below url.wait_replicas: ask again then */
 
     /* Routing: the router that resolves this producer's connections (and
      * its children's); NULL on one plain server. Owned by the outermost
@@ -430,6 +435,16 @@ static sluice_err write_all(sluice_producer *p, struct iovec *iov, int n)
     return SLUICE_OK;
 }
 
+/* The replicas a WAIT after a write asks for: the url's, but no more than
+ * the node has connected (once ROLE was asked). Changes only while no
+ * reply is owed (housekeep(), recover()), so a group's replies are read as
+ * it was sent. */
+static int wait_n(const sluice_producer *p)
+{
+    int n = p->conn->url.wait_replicas;
+    return p->wait_have >= 0 && p->wait_have < n ? p->wait_have : n;
+}
+
 /* Builds the request for the group m[0..k) (batches of one task), one
  * transaction:
  *   MULTI / MSET in:<id> <frame> ... / EVALSHA push 1 meta <e t s s...> / EXEC
@@ -470,8 +485,8 @@ static sluice_err build_group(sluice_producer *p, slot **m, int k, int *n)
     }
     if (e == SLUICE_OK)
         e = bprintf(b, "*1\r\n$4\r\nEXEC\r\n");
-    if (e == SLUICE_OK && c->url.wait_replicas > 0) {
-        snprintf(num, sizeof num, "%d", c->url.wait_replicas);
+    if (e == SLUICE_OK && wait_n(p) > 0) {
+        snprintf(num, sizeof num, "%d", wait_n(p));
         e = bprintf(b, "*3\r\n$4\r\nWAIT\r\n");
         if (e == SLUICE_OK)
             e = bbulk(b, num);
@@ -541,6 +556,8 @@ static sluice_err send_group(sluice_producer *p, slot **m, int k)
 
 /* After a lost connection: reconnects (within reconnect_timeout_ms, or
  * forever) and sends every unanswered group again, in order. */
+static void check_role(sluice_producer *p);
+
 static sluice_err recover(sluice_producer *p)
 {
     int64_t deadline =
@@ -553,6 +570,11 @@ static sluice_err recover(sluice_producer *p)
             return e;
         }
         p->reload_scripts = 0;   /* reconnect loaded them */
+        /* Perhaps another node: ask which replicas it has before the
+         * groups go again (nothing is owed on the new connection). */
+        p->wait_have = -1;
+        p->role_due = 1;
+        check_role(p);
         p->rstep = 0;
         p->qerr[0] = '\0';
         if (p->exec_reply) {
@@ -741,12 +763,14 @@ static sluice_err take_reply(sluice_producer *p, redisReply *r, int say)
         freeReplyObject(r);
         return SLUICE_OK;
     }
-    if (p->rstep == 3 && p->conn->url.wait_replicas > 0) {
+    if (p->rstep == 3 && wait_n(p) > 0) {
         p->exec_reply = r;
         p->rstep++;
         return SLUICE_OK;
     }
     if (p->rstep == 4) {
+        if (r->type != REDIS_REPLY_INTEGER || r->integer < wait_n(p))
+            p->role_due = 1;
         freeReplyObject(r);
         r = p->exec_reply;
         p->exec_reply = NULL;
@@ -920,11 +944,38 @@ static sluice_err run_script(sluice_producer *p, sluicei_script_id id, int argc,
  * error), only that the write had the chance to reach a replica. */
 static void wait_replicas(sluice_producer *p)
 {
-    if (!p->conn->ctx || p->conn->url.wait_replicas <= 0)
+    int n = wait_n(p);
+    if (!p->conn->ctx || n <= 0)
         return;
     redisReply *r = NULL;
-    sluicei_conn_command(p->conn, &r, "WAIT %d %d", p->conn->url.wait_replicas,
-                         SLUICEI_WAIT_MS);
+    sluicei_conn_command(p->conn, &r, "WAIT %d %d", n, SLUICEI_WAIT_MS);
+    if (!r || r->type != REDIS_REPLY_INTEGER || r->integer < n)
+        p->role_due = 1;
+    if (r)
+        freeReplyObject(r);
+    check_role(p);   /* nothing is owed: ask at once */
+}
+
+/* ROLE of the node: ["master", offset, [[ip, port, offset], ...]] lists
+ * the replicas connected. Asked after a WAIT came back short, and then
+ * every second until as many replicas as the url asks for are back. Any
+ * other answer (a replica, ROLE refused by an ACL) leaves WAIT as it is:
+ * the writes themselves will tell. */
+static void check_role(sluice_producer *p)
+{
+    int64_t now = sluicei_now_ms();
+    int want = p->conn->url.wait_replicas;
+    if (!p->role_due && !(p->wait_have >= 0 && p->wait_have < want && now >= p->role_next_ms))
+        return;
+    p->role_due = 0;
+    if (!p->conn->ctx || want <= 0)
+        return;
+    p->role_next_ms = now + 1000;
+    redisReply *r = NULL;
+    if (sluicei_conn_command(p->conn, &r, "ROLE") == SLUICE_OK && r->type == REDIS_REPLY_ARRAY &&
+        r->elements >= 3 && r->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(r->element[0]->str, "master") == 0 && r->element[2]->type == REDIS_REPLY_ARRAY)
+        p->wait_have = (int)r->element[2]->elements;
     if (r)
         freeReplyObject(r);
 }
@@ -942,7 +993,7 @@ static int renew_due(const sluice_producer *p, int64_t now)
 static int housekeeping_due(const sluice_producer *p)
 {
     int64_t now = sluicei_now_ms();
-    return renew_due(p, now) || p->beat_ms == 0 || now - p->beat_ms >= BEAT_MS;
+    return renew_due(p, now) || p->beat_ms == 0 || now - p->beat_ms >= BEAT_MS || p->role_due;
 }
 
 /* Publishes this producer's counters (the beat script: liveness in the
@@ -1003,6 +1054,7 @@ static sluice_err renew(sluice_producer *p)
 static sluice_err housekeep(sluice_producer *p)
 {
     sluice_err e = SLUICE_OK;
+    check_role(p);
     if (renew_due(p, sluicei_now_ms()))
         e = renew(p);
     if (e != SLUICE_ERR_IO && (p->beat_ms == 0 || sluicei_now_ms() - p->beat_ms >= BEAT_MS))
@@ -1391,6 +1443,8 @@ static sluice_err producer_new(sluice_producer **out, const sluice_producer_opts
     p->epoch = 0;
     p->task = ADHOC_TASK_MIN + sluicei_random64() % (ADHOC_TASK_END - ADHOC_TASK_MIN);
     p->lost_from = UINT64_MAX;
+    p->wait_have = -1;
+    p->role_due = 1;   /* housekeep() before the first push asks ROLE */
     *out = p;
     return SLUICE_OK;
 }
