@@ -161,7 +161,8 @@ asan:
 # sluice program under valgrind memcheck: any error or leak fails them.
 VALGRIND_TESTS ?= exactly_once corrupt_tfrecord cli_errors redis_restart oom \
                   consumer_garbage consumer_coordinated consumer_kill consumer_poison \
-                  job_exactly_once job_exec_fail job_manifest_error
+                  job_exactly_once job_exec_fail job_manifest_error \
+                  partition_consume partition_ctl cluster_exactly_once
 valgrind: unit
 	@scripts/install-deps.sh valgrind
 	@scripts/valgrind-tree.sh $(BUILD) $(BUILD)-valgrind

@@ -43,8 +43,9 @@
  * partition first (a coordinated rank's: rank mod P; a free consumer's:
  * a hash of its id mod P) and from the others in turn when it has nothing
  * ready. Each partition prefetches on its own: memory is bounded by
- * P x prefetch batches ahead. Stats are the sums over the partitions
- * (blocked_us and epochs_ended are the group's own).
+ * P x prefetch batches ahead. Stats are the sums over the partitions;
+ * blocked_us is the time next() waited and epochs_ended counts the queue's
+ * epochs, each once.
  *
  * Redis Cluster: with a redis+cluster:// address (or a list of servers,
  * redis://a:1,redis://b:2) each partition's consumer finds the node of its
