@@ -11,6 +11,8 @@
 #   cjob_wait SECONDS                # every producer, then every consumer, exit 0
 #   cjob_check EPOCHS BATCH_SIZE     # exactly once per epoch, EOF per epoch
 #   cjob_spread Q P                  # partitions of Q spread over >= 2 masters
+#   cjob_job NP SHARDS LINES BS EPOCHS  # data, $CJOB_Q of NP partitions, the job submitted
+#   cjob_busiest NP                  # CJOB_BUSY: the partition whose slot holds most keys
 #
 # Records are the lines of the shard files (the `lines` reader). With a
 # DELAY_S the producers read them through --exec instead, with a pause of
@@ -267,4 +269,38 @@ cjob_no_errors() {
             fail "$(basename "$f" .err) printed an error: $(grep -i error "$f" | head -n 3)"
         fi
     done
+}
+
+# cjob_job NP SHARDS LINES BS EPOCHS [MAX_BATCHES]: the shards (cjob_data),
+# queue $CJOB_Q of NP partitions (a budget of MAX_BATCHES, default 6,
+# batches each) spread over >= 2 masters, and a job of EPOCHS epochs of
+# BS records per batch submitted to it.
+cjob_job() {
+    local np=$1 out
+    cjob_data "$2" "$3"
+    out=$(ctl create "$CJOB_Q" --max-batches "${6:-6}" --max-bytes 16M --partitions "$np") ||
+        fail "create --partitions $np: $out"
+    cjob_spread "$CJOB_Q" "$np"
+    out=$(ctl submit "$CJOB_Q" --manifest "$T/job.manifest" --epochs "$5" --batch-size "$4") ||
+        fail "submit: $out"
+    note "$out"
+}
+
+# cjob_busiest NP: sets CJOB_BUSY to the partition of $CJOB_Q whose slot
+# holds the most keys now (batches stored, held, acknowledged ids), and
+# CJOB_BUSY_KEYS to that count; FAILOVER_PARTITION=p picks partition p.
+cjob_busiest() {
+    local p port n
+    CJOB_BUSY=-1 CJOB_BUSY_KEYS=-1
+    for ((p = 0; p < $1; p++)); do
+        port=$(cjob_node_of_partition "$CJOB_Q" "$p")
+        n=$(cluster_cli "$port" CLUSTER COUNTKEYSINSLOT "$(cluster_slot_of "{$CJOB_Q#$p}")")
+        if [[ -n ${FAILOVER_PARTITION:-} ]]; then
+            ((p == FAILOVER_PARTITION)) && CJOB_BUSY=$p CJOB_BUSY_KEYS=$n
+        elif ((n > CJOB_BUSY_KEYS)); then
+            CJOB_BUSY=$p CJOB_BUSY_KEYS=$n
+        fi
+    done
+    ((CJOB_BUSY >= 0)) ||
+        fail "FAILOVER_PARTITION=$FAILOVER_PARTITION is not a partition (0..$(($1 - 1)))"
 }

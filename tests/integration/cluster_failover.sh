@@ -21,14 +21,7 @@ note "cluster: $CLUSTER_URL"
 CJOB_Q=cfail
 np=6 shards=24 lines=120 bs=10 epochs=2
 per_epoch=$((shards * ((lines + bs - 1) / bs)))
-cjob_data "$shards" "$lines"
-
-out=$(ctl create "$CJOB_Q" --max-batches 6 --max-bytes 16M --partitions "$np") ||
-    fail "create --partitions $np: $out"
-cjob_spread "$CJOB_Q" "$np"
-out=$(ctl submit "$CJOB_Q" --manifest "$T/job.manifest" --epochs "$epochs" --batch-size "$bs") ||
-    fail "submit: $out"
-note "$out"
+cjob_job "$np" "$shards" "$lines" "$bs" "$epochs"
 
 cjob_consumers 3
 cjob_producers 2 0.02
@@ -37,17 +30,8 @@ cjob_wait_delivered 40 30
 # The victim: the master of the busiest partition (the most keys in its
 # slot: batches stored, held, acknowledged ids), so that batches are in
 # flight there when it dies; FAILOVER_PARTITION=p picks partition p instead.
-best=-1 most=-1
-for ((p = 0; p < np; p++)); do
-    port=$(cjob_node_of_partition "$CJOB_Q" "$p")
-    n=$(cluster_cli "$port" CLUSTER COUNTKEYSINSLOT "$(cluster_slot_of "{$CJOB_Q#$p}")")
-    if [[ -n ${FAILOVER_PARTITION:-} ]]; then
-        ((p == FAILOVER_PARTITION)) && best=$p most=$n
-    elif ((n > most)); then
-        best=$p most=$n
-    fi
-done
-((best >= 0)) || fail "FAILOVER_PARTITION=$FAILOVER_PARTITION is not a partition (0..$((np - 1)))"
+cjob_busiest "$np"
+best=$CJOB_BUSY most=$CJOB_BUSY_KEYS
 slot=$(cluster_slot_of "{$CJOB_Q#$best}")
 victim=$(cluster_node_of_slot "$slot")
 replica=$(cluster_replica_of "$victim") || fail "master $victim has no replica"

@@ -20,26 +20,15 @@ note "cluster: $CLUSTER_URL"
 CJOB_Q=cmig
 np=6 shards=24 lines=120 bs=10 epochs=2
 total=$((epochs * shards * ((lines + bs - 1) / bs)))
-cjob_data "$shards" "$lines"
-
-out=$(ctl create "$CJOB_Q" --max-batches 6 --max-bytes 16M --partitions "$np") ||
-    fail "create --partitions $np: $out"
-cjob_spread "$CJOB_Q" "$np"
-out=$(ctl submit "$CJOB_Q" --manifest "$T/job.manifest" --epochs "$epochs" --batch-size "$bs") ||
-    fail "submit: $out"
-note "$out"
+cjob_job "$np" "$shards" "$lines" "$bs" "$epochs"
 
 cjob_consumers 3
 cjob_producers 2 0.02
 cjob_wait_delivered $((total / 8)) 30
 
 # The busiest partition: the one whose slot holds the most keys now.
-best=-1 most=-1
-for ((p = 0; p < np; p++)); do
-    port=$(cjob_node_of_partition "$CJOB_Q" "$p")
-    n=$(cluster_cli "$port" CLUSTER COUNTKEYSINSLOT "$(cluster_slot_of "{$CJOB_Q#$p}")")
-    ((n > most)) && best=$p most=$n
-done
+FAILOVER_PARTITION='' cjob_busiest "$np"
+best=$CJOB_BUSY most=$CJOB_BUSY_KEYS
 slot=$(cluster_slot_of "{$CJOB_Q#$best}")
 from=$(cluster_node_of_slot "$slot")
 for to in "${CLUSTER_PORTS[@]}"; do [[ $to != "$from" ]] && break; done

@@ -19,11 +19,7 @@ need_bin sluice-ctl sluice-producer sluice-consume
 cluster_start 3 1 || fail "cluster_start 3 1"
 CJOB_Q=creplica
 np=6 shards=24 lines=60 bs=10 epochs=2
-cjob_data "$shards" "$lines"
-out=$(ctl create "$CJOB_Q" --max-batches 8 --max-bytes 16M --partitions "$np") ||
-    fail "create --partitions $np: $out"
-out=$(ctl submit "$CJOB_Q" --manifest "$T/job.manifest" --epochs "$epochs" --batch-size "$bs") ||
-    fail "submit: $out"
+cjob_job "$np" "$shards" "$lines" "$bs" "$epochs" 8
 
 # The clients read the slot map while the replicas still count as healthy
 # (the cluster marks them failed only after cluster-node-timeout), so they
