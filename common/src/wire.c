@@ -256,6 +256,8 @@ sluice_err sluicei_wire_encode_tensors(sluicei_buf *out, const sluicei_batch_met
         return e;
     if (nt > SLUICE_MAX_TENSORS || (nt > 0 && !t))
         return SLUICE_ERR_INVALID;
+    if (n > SLUICE_MAX_RECORDS)
+        return SLUICE_ERR_TOOBIG;   /* decoders refuse it (see sluicei_wire_encode_records) */
     size_t need = add_sat(64, plen);
     for (size_t i = 0; i < nt; i++) {
         if ((e = check_tensor(&t[i], n)) != SLUICE_OK)
@@ -858,6 +860,13 @@ static sluice_err check_schema(const uint8_t *p, size_t len, const struct layout
         return fail(err, errlen, SLUICE_ERR_PROTOCOL, "missing field \"n\"");
     if ((e = read_uint(p, len, lo->n, "n", &n, err, errlen)) != SLUICE_OK)
         return e;
+    /* Every frame: readers loop over n (sluice_batch_num_records()), and a
+     * tensor batch need not carry n in bytes (no tensors, or a dimension of
+     * 0), so n is bounded by the named limit, not by the frame. */
+    if (n > SLUICE_MAX_RECORDS)
+        return fail(err, errlen, SLUICE_ERR_PROTOCOL,
+                    "field \"n\": %llu rows, more than the limit of %d per batch",
+                    (unsigned long long)n, SLUICE_MAX_RECORDS);
     if (lo->r && lo->x)
         return fail(err, errlen, SLUICE_ERR_PROTOCOL,
                     "fields \"r\" and \"x\" both present; a frame carries one of them");

@@ -11,7 +11,7 @@
 
 #define SLUICE_MAX_PRODUCER_ID 64   /* bytes of the "p" field */
 #define SLUICE_MAX_TENSORS 64       /* entries of the "x" map */
-#define SLUICE_MAX_RECORDS (1 << 20) /* records of one batch (16 MiB of record table) */
+#define SLUICE_MAX_RECORDS (1 << 20) /* records (rows) of one batch (16 MiB of record table) */
 #define SLUICE_MAX_TENSOR_NAME 64   /* bytes of a tensor name */
 #define SLUICE_MAX_DEPTH 6          /* msgpack nesting accepted at all */
 
@@ -36,8 +36,9 @@ typedef struct sluicei_batch_meta {
 /* Encodes a record batch into out (out->len is reset first). */
 sluice_err sluicei_wire_encode_records(sluicei_buf *out, const sluicei_batch_meta *m,
                                        const sluice_record *recs, size_t n);
-/* Encodes a tensor batch of n rows: every tensor must have ndim >= 1,
- * shape[0] == n and nbytes matching its shape and dtype. */
+/* Encodes a tensor batch of n rows (at most SLUICE_MAX_RECORDS): every
+ * tensor must have ndim >= 1, shape[0] == n and nbytes matching its shape
+ * and dtype. */
 sluice_err sluicei_wire_encode_tensors(sluicei_buf *out, const sluicei_batch_meta *m, uint64_t n,
                                        const sluice_tensor *t, size_t nt);
 

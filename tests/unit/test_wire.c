@@ -838,6 +838,25 @@ static void test_tensor_checks(void)
     shaped_frame(&f, 1, "uint8", s, 0, 0);
     CHECK(rejects(f.sb.data, f.sb.size, SLUICE_ERR_PROTOCOL, "array of 1 to 8"));
     fb_free(&f);
+    /* A dimension of 0 carries any number of rows in no bytes: "n" is held
+     * to SLUICE_MAX_RECORDS like a record count, so that a reader looping
+     * over the rows does not loop 2^63 times. */
+    uint64_t rows[2] = {(uint64_t)1 << 63, 0};
+    shaped_frame(&f, rows[0], "uint8", rows, 2, 0);
+    CHECK(rejects(f.sb.data, f.sb.size, SLUICE_ERR_PROTOCOL, "more than the limit"));
+    fb_free(&f);
+    rows[0] = SLUICE_MAX_RECORDS;
+    shaped_frame(&f, rows[0], "uint8", rows, 2, 0);
+    CHECK(accepts(f.sb.data, f.sb.size));
+    fb_free(&f);
+    {
+        sluicei_buf buf = {0};
+        sluicei_batch_meta m = meta();
+        CHECK(sluicei_wire_encode_tensors(&buf, &m, (uint64_t)SLUICE_MAX_RECORDS + 1, NULL, 0) ==
+              SLUICE_ERR_TOOBIG);
+        CHECK(sluicei_wire_encode_tensors(&buf, &m, SLUICE_MAX_RECORDS, NULL, 0) == SLUICE_OK);
+        sluicei_buf_free(&buf);
+    }
     /* A shape whose product overflows, and one that wraps to a small size. */
     uint64_t huge[3] = {1, UINT64_MAX, 2};
     shaped_frame(&f, 1, "uint8", huge, 3, 0);

@@ -83,7 +83,8 @@ sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t
  * partition with room it waits, as for a plain queue. */
 sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n);
 
-/* Same, for a batch of nt tensors of n rows each (shape[0] == n). */
+/* Same, for a batch of nt tensors of n rows each (shape[0] == n). A batch
+ * holds at most 2^20 records or rows: more is SLUICE_ERR_TOOBIG. */
 sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sluice_tensor *t,
                                         size_t nt);
 
