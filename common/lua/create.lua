@@ -3,10 +3,13 @@
 -- lease_ms, max_deliveries, and for a partition of a partitioned queue
 -- partitions, partition. ranks 0 is a free queue; ranks N > 0 a
 -- coordinated queue of N ranks whose last round is 'drop'ped or 'pad'ded.
+-- The same call sent again (its reply was lost) finds its own queue by
+-- now_us and succeeds again.
 local meta = KEYS[1]
 local pre = string.sub(meta, 1, -5)
 redis.call('EXISTS', meta, pre .. 'guard')   -- migration guard (lib.lua)
 if redis.call('EXISTS', meta) == 1 then
+  if redis.call('HGET', meta, 'created_us') == ARGV[3] then return 1 end
   return redis.error_reply('EXISTS queue exists already')
 end
 redis.call('HSET', meta, 'version', 1, 'max_batches', ARGV[1], 'max_bytes', ARGV[2],

@@ -5,7 +5,8 @@
 -- shards the definitions are for ("1,4,7": a partition's share of a job
 -- whose shards are numbered across the queue). Replaces a finished job
 -- once its batches are consumed; refuses while one runs. Returns the number
--- of tasks queued.
+-- of tasks queued. The same call sent again (its reply was lost) finds its
+-- own job by now_us and returns that number again.
 --! include lib
 if redis.call('EXISTS', meta) == 0 then
   return redis.error_reply('NOQUEUE no such queue')
@@ -25,7 +26,14 @@ else
   for s = 0, ntasks - 1 do shards[s + 1] = tostring(s) end
 end
 if redis.call('EXISTS', job) == 1 then
-  local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs')
+  local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs', 'submitted_us')
+  if st[4] == ARGV[6] then
+    local n = 0
+    for e = 0, epochs - 1 do
+      for _ in string.gmatch(ARGV[7 + ntasks + e], '%d+') do n = n + 1 end
+    end
+    return n
+  end
   if st[1] ~= 'finished' then
     return redis.error_reply('JOBEXISTS the queue runs a job (epoch ' .. st[2] .. ' of ' ..
                              st[3] .. '); wait for it to finish or delete the queue')

@@ -19,6 +19,9 @@
 #  4. A list of two servers, redis://A,redis://B: --partitions 4 puts
 #     partitions 0 and 2 on A, 1 and 3 on B; info names each one's node;
 #     delete empties both.
+#  5. create and submit sent again after a lost reply (the router sends a
+#     script again after a failover) find their own work by its time stamp
+#     and succeed; the same calls with another time stamp are refused.
 # shellcheck source=tests/integration/_lib.sh
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl
@@ -242,5 +245,21 @@ grep -qF "partition 1: lq#1 on redis://127.0.0.1:$B/0" <<<"$info" &&
 [[ -z $(redis-cli -p "$A" --scan) && -z $(redis-cli -p "$B" --scan) ]] ||
     fail "keys left on the servers: $(redis-cli -p "$A" --scan) $(redis-cli -p "$B" --scan)"
 
+# 5. A script sent again: what sluice-ctl sends is `sluice-ctl script NAME`.
+create_src=$("$BUILD/sluice-ctl" script create) || fail "sluice-ctl script create"
+submit_src=$("$BUILD/sluice-ctl" script submit) || fail "sluice-ctl script submit"
+meta='sluice:{again}:meta'
+create() { rcli EVAL "$create_src" 1 "$meta" 8 1048576 "$1" 0 '' 10000 3 2>&1; }
+submit() { rcli EVAL "$submit_src" 1 "$meta" 1 2 10 0 3 "$1" 'lines a' 'lines b' '1,0' 2>&1; }
+[[ $(create 111) == 1 ]] || fail "create: $(create 111)"
+[[ $(create 111) == 1 ]] || fail "create sent again refused: $(create 111)"
+[[ $(create 112) == *EXISTS* ]] || fail "create with another time stamp: $(create 112)"
+[[ $(submit 222) == 2 ]] || fail "submit: $(submit 222)"
+[[ $(submit 222) == 2 ]] || fail "submit sent again refused: $(submit 222)"
+[[ $(rcli LLEN 'sluice:{again}:tasks') == 2 ]] ||
+    fail "submit sent again queued the tasks twice: $(rcli LRANGE 'sluice:{again}:tasks' 0 -1)"
+[[ $(submit 223) == *JOBEXISTS* ]] || fail "submit with another time stamp: $(submit 223)"
+ctl delete again >/dev/null || fail "delete again"
+
 ((failures == 0)) || fail "$failures refused commands misbehaved"
-echo "ok: partitioned queues: create, info, stat, metrics, submit split by shard, dead, reap, delete; a list of servers"
+echo "ok: partitioned queues: create, info, stat, metrics, submit split by shard, dead, reap, delete; a list of servers; create and submit sent again"
