@@ -2496,17 +2496,23 @@ static int group_look(sluice_consumer *g, sluice_batch **out, int *nwake, int64_
                 g->rr = (p + 1) % n;
             return SLUICE_OK;
         }
-        if (ch->at_marker) {
+        if (ch->at_marker)
+            continue;   /* at the end of ep: it waits (fetching nothing) for the others */
+        left++;
+    }
+    if (left == 0) {
+        /* Every partition ended epoch ep: each one at its marker goes on
+         * to the next epoch only now, so none fetches a batch of ep + 1
+         * before the queue's end of ep. */
+        for (int p = 0; p < n; p++) {
+            sluice_consumer *ch = g->part[p];
+            if (ch->finished || ch->epoch != ep || !ch->at_marker)
+                continue;
             int wake = 0;
             end_epoch(ch, &wake);
             if (wake)
                 g->wakes[(*nwake)++] = p;
-            continue;
         }
-        left++;
-    }
-    if (left == 0) {
-        /* Every partition ended epoch ep. */
         g->epoch++;
         /* Published by the home partition's heartbeat, so that sluice-ctl,
          * which sums the partitions, counts it once. */
