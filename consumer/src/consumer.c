@@ -890,7 +890,10 @@ static void session_start(sluice_consumer *c)
     c->conn_started_ms = sluicei_now_ms();
     c->setup_left = 0;
     c->data_client_id = 0;
-    if (c->resolve && resolve_node(c) != 0)
+    /* Not while closing: reading the slot map blocks the loop for up to a
+     * connect timeout per seed, past close()'s own deadline; the last
+     * known node is tried instead. */
+    if (c->resolve && !c->close_deadline_ms && resolve_node(c) != 0)
         return;
     for (int i = 0; i < 2; i++) {
         redisAsyncContext *ac = c->url.unix_path ? redisAsyncConnectUnix(c->url.unix_path)
