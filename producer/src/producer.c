@@ -1848,23 +1848,22 @@ int sluicei_producer_partitions(const sluice_producer *p)
     return p->nparts;
 }
 
-void sluice_producer_close(sluice_producer *p)
+/* The first half of closing: hands the task back, settles the pushes and
+ * publishes the final counters. A child's waits may touch its siblings
+ * (group_beat()), so every child of a group gets this before any is
+ * freed. */
+static void close_finish(sluice_producer *p)
 {
-    if (!p)
-        return;
-    if (p->part) {
-        /* Each child hands its task back, settles and beats. */
-        for (int k = 0; k < p->nparts; k++)
-            sluice_producer_close(p->part[k]);
-        free(p->part);
-        p->task_held = NULL;   /* the child's */
-    }
     if (p->task_held && p->conn)
         sluice_producer_task_release(p, p->task_held);   /* not left to the reaper */
     if (p->conn && p->used > 0)
         settle(p, 0);
     if (p->opened && p->conn && p->conn->ctx && (!p->group || p->active))
         beat(p, 0);   /* the final counters, for sluice-ctl info */
+}
+
+static void close_free(sluice_producer *p)
+{
     sluicei_conn_close(p->conn);
     sluicei_router_close(p->router);   /* after every connection bound to it */
     if (p->exec_reply)
@@ -1874,6 +1873,22 @@ void sluice_producer_close(sluice_producer *p)
     sluicei_buf_free(&p->req);
     free(p->ring);
     free(p);
+}
+
+void sluice_producer_close(sluice_producer *p)
+{
+    if (!p)
+        return;
+    if (p->part) {
+        for (int k = 0; k < p->nparts; k++)
+            close_finish(p->part[k]);
+        for (int k = 0; k < p->nparts; k++)
+            close_free(p->part[k]);
+        free(p->part);
+        p->task_held = NULL;   /* the child's */
+    }
+    close_finish(p);
+    close_free(p);
 }
 
 /* ---- tasks ------------------------------------------------------------- */
