@@ -223,6 +223,9 @@ struct sluice_producer {
     int home;                          /* hash(id) mod nparts */
     int cur;                           /* the working child */
     int rr;                            /* the child of the next ad-hoc task */
+    int spilled_from;                  /* a task was just handed back for lack of room
+                                          there: the next claim's room pass skips it;
+                                          -1: none */
     int64_t beat_due_ms;               /* the next heartbeat due among idle children */
     /* A child: */
     sluice_producer *group;            /* its group, or NULL for a plain producer */
@@ -1146,11 +1149,14 @@ static int64_t reply_int(const redisReply *r)
     return r->type == REDIS_REPLY_NIL ? 0 : -1;
 }
 
-/* Whether a partition of group g other than from's has room (below both
- * budgets, as task_claim counts them: batches held, frame bytes) and
- * tasks waiting. One round trip, to every such partition at once; idle
- * children only (their connections carry nothing else). */
-static int spill_target(sluice_producer *g, const sluice_producer *from)
+/* Whether a partition of group g other than from's has room and tasks
+ * waiting: room for one more batch of `frame` bytes within 3/4 of both
+ * budgets, which is what the push script admits for an epoch ahead of the
+ * trainers. Anything less would send the producer to a partition that
+ * refuses it too, and back (the task it handed back is still first in
+ * line where it was). One round trip, to every such partition at once;
+ * idle children only (their connections carry nothing else). */
+static int spill_target(sluice_producer *g, const sluice_producer *from, size_t frame)
 {
     int found = 0;
     for (int k = 0; k < g->nparts; k++) {
@@ -1183,8 +1189,9 @@ static int spill_target(sluice_producer *g, const sluice_producer *from)
         if (r[0] && r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2) {
             int64_t maxn = reply_int(r[0]->element[0]), maxb = reply_int(r[0]->element[1]);
             int64_t held = reply_int(r[1]), used = reply_int(r[2]), waiting = reply_int(r[3]);
-            if (maxn > 0 && maxb > 0 && held >= 0 && held < maxn && used >= 0 && used < maxb &&
-                waiting > 0)
+            int64_t roomn = maxn * 3 / 4 > 1 ? maxn * 3 / 4 : 1, roomb = maxb * 3 / 4;
+            if (maxn > 0 && maxb > 0 && held >= 0 && held + 1 <= roomn && used >= 0 &&
+                used + (int64_t)frame <= roomb && waiting > 0)
                 found = 1;
         }
         for (int i = 0; i < 4; i++)
@@ -1198,10 +1205,10 @@ static int spill_target(sluice_producer *g, const sluice_producer *from)
  * stop pushing its task (see "spilled" at the top): only inside a push
  * (not in a flush or task_done: the task's records are all read by then),
  * for a task held, and when another partition could use the producer. */
-static int spill_due(sluice_producer *p)
+static int spill_due(sluice_producer *p, const slot *s)
 {
     return p->may_spill && p->group && p->group->nparts > 1 && p->task_held &&
-           !p->lease_lost && spill_target(p->group, p);
+           !p->lease_lost && spill_target(p->group, p, s->frame.len);
 }
 
 /* Gives the task held up for now (spill_due()). Nothing is in flight: the
@@ -1218,6 +1225,8 @@ static sluice_err spill(sluice_producer *p)
             break;
         }
     }
+    if (resume > p->lost_from)
+        resume = p->lost_from;   /* given up after an error: not stored either */
     p->head = p->used = p->nsent = p->nrefused = p->nopen = 0;
     p->open_bytes = 0;
     p->gid_read = p->gid_next;
@@ -1342,7 +1351,7 @@ static sluice_err retry_refused(sluice_producer *p)
             int64_t cap = -1, now = sluicei_now_ms();
             if (full && full_since == 0)
                 full_since = now;
-            if (full && now - full_since >= SPILL_AFTER_MS && spill_due(p))
+            if (full && now - full_since >= SPILL_AFTER_MS && spill_due(p, m[0]))
                 return spill(p);
             if (full && now - full_since < SPILL_AFTER_MS && p->may_spill && p->group &&
                 p->task_held)
@@ -1486,6 +1495,7 @@ static sluice_err open_partitions(sluice_producer *p, const sluice_producer_opts
         return SLUICE_ERR_NOMEM;
     }
     p->home = (int)(hash_str(p->id) % (uint64_t)nparts);
+    p->spilled_from = -1;
     p->cur = p->home;
     p->rr = (p->home + 1) % nparts;
     for (int k = 0; k < nparts; k++) {
@@ -2262,12 +2272,18 @@ static sluice_err group_claim(sluice_producer *g, sluice_task **out, int timeout
                 char kind[16];
                 if (pass == 1 && strcmp(c->claim_kind, "full") != 0)
                     continue;
+                if (pass == 0 && k == g->spilled_from) {
+                    /* The task just handed back is first in line there. */
+                    snprintf(c->claim_kind, sizeof c->claim_kind, "full");
+                    continue;
+                }
                 do
                     e = claim_once(c, pass == 0, lease_ms, out, kind, sizeof kind);
                 while (e == SLUICE_ERR_FORMAT);   /* that one was failed; claim the next */
                 if (e != SLUICE_OK)
                     return fwd(g, c, e);
                 if (strcmp(kind, "task") == 0) {
+                    g->spilled_from = -1;
                     g->cur = k;
                     c->active = 1;
                     g->task_held = *out;
@@ -2359,7 +2375,10 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
     if (p->nparts > 0) {
         sluice_producer *c = p->part[p->cur];
         p->task_held = NULL;
-        return fwd(p, c, sluice_producer_task_done(c, t));
+        sluice_err e = sluice_producer_task_done(c, t);
+        if (e == SLUICE_ERR_FULL)
+            p->spilled_from = p->cur;   /* handed back for lack of room */
+        return fwd(p, c, e);
     }
     sluice_err e = SLUICE_OK;
     if (!p->spilled) {
@@ -2373,11 +2392,12 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
         /* Its last batches were not stored: not done; handed back. */
         char why[SLUICE_MAX_PRODUCER_ID + 64];
         snprintf(why, sizeof why, "handed back by producer %s", p->id);
-        e = fail_script(p, why, 1, p->spill_resume);
+        uint64_t resume = resume_point(p, 0);
+        e = fail_script(p, why, 1, resume);
         if (e == SLUICE_OK) {
             seterr(p, "task %s: handed back (it resumes at batch %" PRIu64 "): partition '%s' "
                    "is at its budget while another partition has room and waiting tasks",
-                   p->task_key, p->spill_resume, p->queue);
+                   p->task_key, resume, p->queue);
             e = SLUICE_ERR_FULL;
         }
         end_task(p);
@@ -2451,6 +2471,8 @@ sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t)
     if (p->nparts > 0) {
         sluice_producer *c = p->part[p->cur];
         p->task_held = NULL;
+        if (c->spilled)
+            p->spilled_from = p->cur;
         return fwd(p, c, sluice_producer_task_release(c, t));
     }
     int ok = settle(p, 0) == SLUICE_OK;
