@@ -271,6 +271,12 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+/* The timeout argument of a BLPOP of ms milliseconds (at least 10). */
+static void blpop_secs(char secs[24], int64_t ms)
+{
+    snprintf(secs, 24, "%.3f", (double)(ms < 10 ? 10 : ms) / 1000.0);
+}
+
 static int stopped(const sluice_producer *p)
 {
     return p->stop && *p->stop;
@@ -1269,7 +1275,7 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
         if (cap_ms >= 0 && cap_ms < ms)
             ms = cap_ms < 10 ? 10 : cap_ms;
         char secs[24];
-        snprintf(secs, sizeof secs, "%.3f", (double)ms / 1000.0);
+        blpop_secs(secs, ms);
         redisReply *r = NULL;
         e = sluicei_conn_command(p->conn, &r, "BLPOP %s %s", p->room_key, secs);
         if (e == SLUICE_ERR_REDIS && r && redirect_error(p, r->str)) {
@@ -2109,9 +2115,7 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
 static sluice_err wait_task_wake(sluice_producer *p, int64_t ms)
 {
     char secs[24];
-    if (ms < 10)
-        ms = 10;
-    snprintf(secs, sizeof secs, "%.3f", (double)ms / 1000.0);
+    blpop_secs(secs, ms);
     redisReply *r = NULL;
     sluice_err e = sluicei_conn_command(p->conn, &r, "BLPOP %s %s", p->task_wake_key, secs);
     if (e == SLUICE_ERR_REDIS && r && redirect_error(p, r->str) && p->conn->ctx) {
@@ -2220,9 +2224,7 @@ static sluice_err claim_wait_ms(sluice_producer *p, int64_t deadline, int timeou
 static void group_wait_task(sluice_producer *g, int64_t ms)
 {
     char secs[24];
-    if (ms < 10)
-        ms = 10;
-    snprintf(secs, sizeof secs, "%.3f", (double)ms / 1000.0);
+    blpop_secs(secs, ms);
     int waiting = 0;
     for (int k = 0; k < g->nparts; k++) {
         sluice_producer *c = g->part[k];

@@ -20,6 +20,12 @@ extern int test_failures;
         }                                                                      \
     } while (0)
 
+/* SLUICE_REDIS_PASSWORD for the address tests: test_env_password(v) sets
+ * it (NULL: unsets it) after saving what the environment had;
+ * test_env_restore() puts that back. */
+void test_env_password(const char *v);
+void test_env_restore(void);
+
 /* One suite per file: a NULL-terminated table defined there. */
 extern const struct test wire_tests[];
 extern const struct test url_tests[];

@@ -9,28 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ENV "SLUICE_REDIS_PASSWORD"
-
-/* Each case runs without SLUICE_REDIS_PASSWORD (or with its own) and puts
- * back what the environment had. */
-static char *saved_env;
-static void env_clear(void)
-{
-    const char *old = getenv(ENV);
-    free(saved_env);
-    saved_env = old ? strdup(old) : NULL;
-    unsetenv(ENV);
-}
-static void env_restore(void)
-{
-    if (saved_env)
-        setenv(ENV, saved_env, 1);
-    else
-        unsetenv(ENV);
-    free(saved_env);
-    saved_env = NULL;
-}
-
 static unsigned slot_of(const char *k)
 {
     return sluicei_key_slot(k, strlen(k));
@@ -106,7 +84,7 @@ static void test_url_wait(void)
         {"unix:///r.sock?wait=17", "unix URL: wait 17 out of range"},
         {"unix:///r.sock?wait", "parameter 'wait' needs a value"},
     };
-    env_clear();
+    test_env_password(NULL);
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         sluicei_url u;
         char err[256] = "", desc[256] = "";
@@ -142,7 +120,7 @@ static void test_url_wait(void)
         }
         CHECK(strstr(err, "s3cr") == NULL);
     }
-    env_restore();
+    test_env_restore();
 }
 
 static void test_addresses(void)
@@ -210,7 +188,7 @@ static void test_addresses(void)
          "(2 tried; ",
          SLUICE_ERR_IO},
     };
-    env_clear();
+    test_env_password(NULL);
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         sluicei_router *r = NULL;
         char err[256] = "";
@@ -244,17 +222,16 @@ static void test_addresses(void)
     CHECK(sluicei_router_open(&(sluicei_router *){NULL}, NULL, 0, 0, NULL, 0) ==
           SLUICE_ERR_INVALID);
     sluicei_router_close(NULL);
-    env_restore();
+    test_env_restore();
 }
 
 /* The password from the environment reaches every server of a list, and
  * no message shows it. */
-static void test_env_password(void)
+static void test_list_env_password(void)
 {
     sluicei_router *r;
     char err[300] = "";
-    env_clear();
-    setenv(ENV, "envs3cr3t", 1);
+    test_env_password("envs3cr3t");
     CHECK(sluicei_router_open(&r, "redis://alice@a:1,redis://b:2", 0, 0, err, sizeof err) ==
           SLUICE_OK);
     for (int p = 0; p < 2; p++) {
@@ -271,7 +248,7 @@ static void test_env_password(void)
                               sizeof err) == SLUICE_ERR_IO);
     CHECK(strstr(err, "s3cr") == NULL);
     CHECK(strstr(err, "redis+cluster://alice@127.0.0.1:1/") != NULL);
-    env_restore();
+    test_env_restore();
 }
 
 static void test_retryable(void)
@@ -327,7 +304,7 @@ static void test_list_partitions(void)
 {
     sluicei_router *r;
     char err[300] = "";
-    env_clear();
+    test_env_password(NULL);
     CHECK(sluicei_router_open(&r, "redis://127.0.0.1:1,redis://a:2,unix:///tmp/c.sock", 100,
                               100, err, sizeof err) == SLUICE_OK);
     CHECK(sluicei_router_kind_of(r) == SLUICEI_ROUTER_LIST);
@@ -388,14 +365,14 @@ static void test_list_partitions(void)
         sluicei_url_free(&u);
     }
     sluicei_router_close(r);
-    env_restore();
+    test_env_restore();
 }
 
 const struct test cluster_tests[] = {
     {"cluster/key slots", test_slots},
     {"cluster/url ?wait=N", test_url_wait},
     {"cluster/addresses", test_addresses},
-    {"cluster/SLUICE_REDIS_PASSWORD", test_env_password},
+    {"cluster/SLUICE_REDIS_PASSWORD", test_list_env_password},
     {"cluster/retryable errors", test_retryable},
     {"cluster/partitions on a list of servers", test_list_partitions},
     {NULL, NULL},

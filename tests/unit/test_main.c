@@ -2,9 +2,34 @@
  * "N passed, N failed". Usage: unit-tests [substring-filter] */
 #include "test.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 int test_failures;
+
+#define PASSWORD_ENV "SLUICE_REDIS_PASSWORD"
+static char *saved_password;
+
+void test_env_password(const char *v)
+{
+    const char *old = getenv(PASSWORD_ENV);
+    free(saved_password);
+    saved_password = old ? strdup(old) : NULL;
+    if (v)
+        setenv(PASSWORD_ENV, v, 1);
+    else
+        unsetenv(PASSWORD_ENV);
+}
+
+void test_env_restore(void)
+{
+    if (saved_password)
+        setenv(PASSWORD_ENV, saved_password, 1);
+    else
+        unsetenv(PASSWORD_ENV);
+    free(saved_password);
+    saved_password = NULL;
+}
 
 int main(int argc, char **argv)
 {

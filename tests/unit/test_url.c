@@ -18,28 +18,6 @@ static int all_clear(const sluicei_url *u)
     return !u->host && !u->unix_path && !u->user && !u->password && u->port == 0 && u->db == 0;
 }
 
-/* Runs fn with SLUICE_REDIS_PASSWORD as given (NULL: unset) and restores
- * whatever the environment had before. */
-static char *saved_env;
-static void env_set(const char *v)
-{
-    const char *old = getenv(ENV);
-    free(saved_env);
-    saved_env = old ? strdup(old) : NULL;
-    if (v)
-        setenv(ENV, v, 1);
-    else
-        unsetenv(ENV);
-}
-static void env_restore(void)
-{
-    if (saved_env)
-        setenv(ENV, saved_env, 1);
-    else
-        unsetenv(ENV);
-    free(saved_env);
-    saved_env = NULL;
-}
 
 static const struct valid_case {
     const char *url;
@@ -85,7 +63,7 @@ static const struct valid_case {
 
 static void test_valid(void)
 {
-    env_set(NULL);
+    test_env_password(NULL);
     for (size_t i = 0; i < sizeof valid / sizeof valid[0]; i++) {
         const struct valid_case *v = &valid[i];
         sluicei_url u;
@@ -110,7 +88,7 @@ static void test_valid(void)
         sluicei_url_free(&u);
         CHECK(all_clear(&u));
     }
-    env_restore();
+    test_env_restore();
 }
 
 static const struct invalid_case {
@@ -179,7 +157,7 @@ static const struct invalid_case {
 
 static void test_invalid(void)
 {
-    env_set(NULL);
+    test_env_password(NULL);
     for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
         const struct invalid_case *v = &invalid[i];
         sluicei_url u;
@@ -196,7 +174,7 @@ static void test_invalid(void)
         CHECK(strchr(err, '\n') == NULL);
         sluicei_url_free(&u);
     }
-    env_restore();
+    test_env_restore();
 }
 
 /* NULL input and a NULL or tiny error buffer must not crash. */
@@ -229,12 +207,12 @@ static void test_long_and_binary(void)
     CHECK(strstr(err, "'1?2'") != NULL);
 }
 
-static void test_env_password(void)
+static void test_url_env_password(void)
 {
     sluicei_url u;
     char err[256], desc[256];
 
-    env_set("envs3cr3t");
+    test_env_password("envs3cr3t");
     CHECK(sluicei_url_parse("redis://h", &u, err, sizeof err) == SLUICE_OK);
     CHECK(same(u.password, "envs3cr3t"));
     CHECK(u.user == NULL);
@@ -277,7 +255,7 @@ static void test_env_password(void)
     CHECK(sluicei_url_parse("redis://h", &u, err, sizeof err) == SLUICE_OK);
     CHECK(u.password == NULL);
     sluicei_url_free(&u);
-    env_restore();
+    test_env_restore();
 }
 
 static void test_describe(void)
@@ -288,7 +266,7 @@ static void test_describe(void)
     sluicei_url_describe(&u, out, sizeof out);
     CHECK(strcmp(out, "(no redis address)") == 0);
 
-    env_set(NULL);
+    test_env_password(NULL);
     CHECK(sluicei_url_parse("redis://bob:s3cr3t@[2001:db8::7]:6390/8", &u, NULL, 0) == SLUICE_OK);
     sluicei_url_describe(&u, out, sizeof out);
     CHECK(strcmp(out, "redis://bob@[2001:db8::7]:6390/8") == 0);
@@ -297,7 +275,7 @@ static void test_describe(void)
     sluicei_url_describe(&u, out, 10);
     CHECK(strcmp(out, "redis://b") == 0);
     sluicei_url_free(&u);
-    env_restore();
+    test_env_restore();
 }
 
 const struct test url_tests[] = {
@@ -305,7 +283,7 @@ const struct test url_tests[] = {
     {"url/invalid names the wrong part", test_invalid},
     {"url/error buffer", test_error_buffer},
     {"url/long and binary input", test_long_and_binary},
-    {"url/SLUICE_REDIS_PASSWORD", test_env_password},
+    {"url/SLUICE_REDIS_PASSWORD", test_url_env_password},
     {"url/describe", test_describe},
     {NULL, NULL},
 };
