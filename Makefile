@@ -25,7 +25,7 @@ JOB_SRC := producer/src/manifest.c producer/src/transform.c
 # The Prometheus endpoint (evhttp on a thread of its own) of
 # sluice-producer --metrics-addr and sluice-ctl metrics; not in libsluice.
 METRICS_SRC := common/src/metrics.c
-LUA_SCRIPTS := create delete push take claim ack requeue reap beat dead deadadmin \
+LUA_SCRIPTS := create delete push take claim ack requeue reap beat dead deadadmin restore \
                submit task_claim task_renew task_done task_fail
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/lua_scripts.o
 READER_OBJ := $(READER_SRC:%.c=$(BUILD)/%.o)

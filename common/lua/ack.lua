@@ -1,9 +1,11 @@
 #!lua flags=allow-oom
 -- ack: ARGV cid, then id, epoch, task, seq of each batch acknowledged.
 -- Forgets every one of them that the consumer still held (one whose lease
--- ran out and that went to another consumer is left alone); returns how
--- many it forgot.
+-- ran out and that went to another consumer is left alone) and sets its
+-- bit in the acknowledgement bitmap of its epoch and task (a seq above
+-- 16777215 is no batch id: valid_id); returns how many it forgot.
 --! include lib
+local nq = noqueue() if nq then return nq end
 local pending = pre .. 'pending:' .. ARGV[1]
 local keys, ids, ep = {}, {}, {}
 local n, bytes = 0, 0
@@ -18,7 +20,7 @@ end
 local laste, lastt
 for i = 2, #ARGV, 4 do
   local id, e, t = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if redis.call('LREM', pending, '-1', id) == 1 then
+  if (tonumber(ARGV[i + 3]) or math.huge) <= 16777215 and redis.call('LREM', pending, '-1', id) == 1 then
     n = n + 1
     keys[n], ids[n] = pre .. 'b:' .. id, id
     bytes = bytes + redis.call('STRLEN', keys[n])

@@ -1,9 +1,12 @@
 #!lua flags=allow-oom
--- deadadmin: ARGV 'requeue' or 'purge'. Requeue puts every dead letter
--- back in the list of its epoch (rank 0 in a coordinated queue) with its
--- delivery count reset; purge deletes them. Returns how many.
+-- deadadmin: ARGV 'requeue' or 'purge'. Takes up to 500 dead letters off
+-- the list per call (run it until none is left): requeue puts each back
+-- in the list of its epoch (rank 0 in a coordinated queue) with its
+-- delivery count reset; purge deletes them. Returns {how many this call,
+-- how many are left}.
 --! include lib
-local ids = redis.call('LRANGE', pre .. 'dead', 0, -1)
+local nq = noqueue() if nq then return nq end
+local ids = redis.call('LPOP', pre .. 'dead', 500) or {}
 local ranks = tonumber(redis.call('HGET', meta, 'ranks') or '0')
 for _, id in ipairs(ids) do
   local src = pre .. 'deadb:' .. id
@@ -17,6 +20,6 @@ for _, id in ipairs(ids) do
   else
     redis.call('DEL', src)
   end
+  redis.call('HDEL', pre .. 'deadinfo', id)
 end
-redis.call('DEL', pre .. 'dead', pre .. 'deadinfo')
-return #ids
+return {#ids, redis.call('LLEN', pre .. 'dead')}

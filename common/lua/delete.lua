@@ -1,41 +1,94 @@
 #!lua flags=allow-oom
--- delete: no ARGV. Removes every key of the queue; returns how many.
+-- delete: no ARGV. Removes the queue in steps of about 1000 keys, so that
+-- no queue is big enough to block Redis while it goes. The first step
+-- renames meta to 'deleting': from then on the queue does not exist for
+-- anybody (every script answers NOQUEUE), and create refuses the name
+-- until the last step. Run it until it says it is done: returns {keys
+-- removed by this step, 1 while more remain, else 0}.
 --! include lib
-if redis.call('EXISTS', meta) == 0 then
+local gone = pre .. 'deleting'
+if redis.call('EXISTS', meta) == 1 then
+  redis.call('RENAME', meta, gone)
+  local ep = redis.call('HGET', job, 'epochs')
+  local st = redis.call('HMGET', pre .. 'jstage', 'epochs', 'clear_until')
+  redis.call('HSET', gone, 'del_e', 0, 'del_until',
+             math.max(1, tonumber(ep or '0'), tonumber(st[1] or '0'), tonumber(st[2] or '0')),
+             'del_scan', '0', 'del_phase', 1)
+elseif redis.call('EXISTS', gone) == 0 then
   return redis.error_reply('NOQUEUE no such queue')
 end
-local n = 0
-local function del(k) n = n + redis.call('DEL', k) end
-for _, cid in ipairs(redis.call('HKEYS', pre .. 'consumers')) do
-  del(pre .. 'pending:' .. cid)
-  del(pre .. 'cstats:' .. cid)
+local ranks = tonumber(redis.call('HGET', gone, 'ranks') or '0')
+local budget, n = 1000, 0
+local function del(keys)
+  if #keys > 0 then
+    n = n + redis.call('UNLINK', unpack(keys))
+    budget = budget - #keys
+  end
 end
-for _, pid in ipairs(redis.call('HKEYS', pre .. 'producers')) do
-  del(pre .. 'pstats:' .. pid)
+-- The keys named after the fields of hash h (prefix .. field .. suffix);
+-- returns true once h is empty.
+local function by_field(h, names)
+  local fs = redis.call('HRANDFIELD', pre .. h, math.max(1, math.floor(budget / #names)))
+  if #fs == 0 then return true end
+  local keys = {}
+  for _, f in ipairs(fs) do
+    for _, nm in ipairs(names) do keys[#keys + 1] = pre .. nm .. f end
+  end
+  del(keys)
+  redis.call('HDEL', pre .. h, unpack(fs))
+  return false
 end
-for _, k in ipairs(redis.call('SMEMBERS', pre .. 'bitmaps')) do del(k) end
-local epochs = tonumber(redis.call('HGET', job, 'epochs') or '1')
-local ranks = tonumber(redis.call('HGET', meta, 'ranks') or '0')
-for e = 0, epochs - 1 do
-  del(ready_key(e, nil))
-  del(pre .. 'stage:' .. e)
-  for r = 0, ranks - 1 do del(ready_key(e, r)) end
+local phase = tonumber(redis.call('HGET', gone, 'del_phase'))
+while budget > 0 and phase < 8 do
+  local done = false
+  if phase == 1 then
+    done = by_field('consumers', {'pending:', 'cstats:'})
+  elseif phase == 2 then
+    done = by_field('producers', {'pstats:'})
+  elseif phase == 3 then
+    local bms = redis.call('SPOP', pre .. 'bitmaps', budget)
+    del(bms)
+    done = #bms == 0
+  elseif phase == 4 then
+    done = by_field('dlv', {'b:'})
+  elseif phase == 5 then
+    local ids = redis.call('LPOP', pre .. 'dead', budget) or {}
+    local keys = {}
+    for i, id in ipairs(ids) do keys[i] = pre .. 'deadb:' .. id end
+    del(keys)
+    done = #ids == 0
+  elseif phase == 6 then
+    local c = redis.call('HMGET', gone, 'del_e', 'del_until')
+    local e, stop = tonumber(c[1]), tonumber(c[2])
+    while e < stop and budget > 0 do
+      local keys = {ready_key(e, nil), pre .. 'stage:' .. e, tasks_key(e)}
+      for r = 0, ranks - 1 do keys[#keys + 1] = ready_key(e, r) end
+      del(keys)
+      e = e + 1
+    end
+    redis.call('HSET', gone, 'del_e', e)
+    done = e >= stop
+  elseif phase == 7 then
+    -- Frames of pushes whose script never ran (a MULTI whose EVALSHA
+    -- found no script), one slice of the key space per step.
+    local r = redis.call('SCAN', redis.call('HGET', gone, 'del_scan'), 'MATCH', pre .. 'in:*',
+                         'COUNT', budget)
+    del(r[2])
+    budget = 0
+    redis.call('HSET', gone, 'del_scan', r[1])
+    done = r[1] == '0'
+  end
+  if done then phase = phase + 1 end
 end
--- Frames: of every batch held, of every dead letter, and of pushes whose
--- script never ran (a MULTI whose EVALSHA found no script).
-for _, id in ipairs(redis.call('HKEYS', pre .. 'dlv')) do del(pre .. 'b:' .. id) end
-for _, id in ipairs(redis.call('LRANGE', pre .. 'dead', 0, -1)) do del(pre .. 'deadb:' .. id) end
-local cursor = '0'
-repeat
-  local r = redis.call('SCAN', cursor, 'MATCH', pre .. 'in:*', 'COUNT', '1000')
-  cursor = r[1]
-  for _, k in ipairs(r[2]) do del(k) end
-until cursor == '0'
-for _, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'crank',
-                    'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'taskdef',
-                    'tasks', 'tlease', 'towner', 'tattempts', 'terr', 'tbatches', 'tresume',
-                    'failed', 'edone', 'eof', 'task_wake'}) do
-  del(pre .. s)
+redis.call('HSET', gone, 'del_phase', phase)
+if phase < 8 then return {n, 1} end
+local keys = {}
+for i, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'ctoken', 'crank',
+                    'rholder', 'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'taskdef',
+                    'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches', 'tresume',
+                    'failed', 'edone', 'eof', 'task_wake', 'jstage', 'jstage:taskdef'}) do
+  keys[i] = pre .. s
 end
-del(meta)
-return n
+n = n + redis.call('UNLINK', unpack(keys))
+redis.call('DEL', gone)
+return {n + 1, 0}

@@ -8,9 +8,29 @@ local job = pre .. 'job'
 -- again once the slot has moved never ran half.
 redis.call('EXISTS', meta, pre .. 'guard')
 
+-- The error a script returns on a queue that does not exist (or whose
+-- delete is under way), else nil.
+local function noqueue()
+  if redis.call('EXISTS', meta) == 0 then return redis.error_reply('NOQUEUE no such queue') end
+  return nil
+end
+
+-- The server's clock in milliseconds. Leases, heartbeats and their expiry
+-- use it and never a client's clock (scripts are replicated by their
+-- effects, so TIME is allowed).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
 local function wake_producers()
   redis.call('LPUSH', pre .. 'room', '1')
   redis.call('LTRIM', pre .. 'room', '0', '15')
+end
+
+local function wake_task_waiters()
+  redis.call('LPUSH', pre .. 'task_wake', 1)
+  redis.call('LTRIM', pre .. 'task_wake', 0, 15)
 end
 
 -- The list a batch of epoch e waits in: one per epoch, or one per epoch
@@ -20,6 +40,35 @@ local function ready_key(e, rank)
     return pre .. 'ready:' .. e .. ':' .. rank
   end
   return pre .. 'ready:' .. e
+end
+
+-- The waiting tasks of epoch e, claimed from the left.
+local function tasks_key(e)
+  return pre .. 'tasks:' .. e
+end
+
+-- A batch id "epoch:task:seq" in canonical decimal (a padding copy ends in
+-- ":pad<k>"), epoch < 2^32, task < 2^64, seq <= 16777215 (the bit of seq
+-- in an acknowledgement bitmap: a larger seq would make it huge).
+local function valid_id(s)
+  if #s > 64 then return false end
+  local e, t, q, rest = string.match(s, '^(%d+):(%d+):(%d+)(.*)$')
+  if not e or (rest ~= '' and not string.match(rest, '^:pad[1-9]%d?%d?%d?%d?%d?$')) then
+    return false
+  end
+  for _, d in ipairs({e, t, q}) do
+    if #d > 1 and string.sub(d, 1, 1) == '0' then return false end
+  end
+  return #e <= 10 and tonumber(e) <= 4294967295 and #q <= 8 and tonumber(q) <= 16777215 and
+         (#t < 20 or (#t == 20 and t <= '18446744073709551615'))
+end
+
+-- Next() marks a batch it hands to the application with this expiry of
+-- its frame (PEXPIREAT b:<id>, the year 9999: it never fires). The mark
+-- goes with the frame when the batch is acknowledged, and give_back
+-- clears it: only a batch an application received counts a delivery.
+local function handed(id)
+  return redis.call('PTTL', pre .. 'b:' .. id) > 0
 end
 
 -- Removes a batch from the queue (frame, delivery count, byte budget).
@@ -32,21 +81,34 @@ local function forget(id)
   return size
 end
 
--- Moves a batch to the dead-letter list with its reason; its frame is
--- kept as deadb:<id>.
+-- Moves a batch (or anything found where a batch id belongs) to the
+-- dead-letter list with its reason, intact; a frame is kept as deadb:<id>.
 local function dead_letter(id, reason, now)
   local b = pre .. 'b:' .. id
   local size = 0
-  if redis.call('EXISTS', b) == 1 then
+  if redis.call('HEXISTS', pre .. 'dlv', id) == 1 and redis.call('EXISTS', b) == 1 then
     size = redis.call('STRLEN', b)
     redis.call('RENAME', b, pre .. 'deadb:' .. id)
+    redis.call('PERSIST', pre .. 'deadb:' .. id)
+    redis.call('HDEL', pre .. 'dlv', id)
+    redis.call('DECRBY', pre .. 'bytes', size)
   end
-  redis.call('HDEL', pre .. 'dlv', id)
-  redis.call('DECRBY', pre .. 'bytes', size)
   redis.call('RPUSH', pre .. 'dead', id)
   redis.call('HSET', pre .. 'deadinfo', id, size .. ' ' .. now .. ' ' .. reason)
   redis.call('HINCRBY', pre .. 'stats', 'dead', '1')
   wake_producers()
+end
+
+-- The epoch whose end marker s ("eof:<e>") is, or nil.
+local function marker_epoch(s)
+  local e = string.match(s, '^eof:(%d+)$')
+  if e and #e <= 10 and (#e == 1 or string.sub(e, 1, 1) ~= '0') then return e end
+  return nil
+end
+
+-- Whether s is the end marker of epoch e and that end was really posted.
+local function true_marker(s, e)
+  return s == 'eof:' .. e and redis.call('HEXISTS', pre .. 'eof', e) == 1
 end
 
 -- Where a batch handed back goes: the list of its epoch, or, when that
@@ -64,11 +126,12 @@ local function requeue_list(id, rank)
   return ready_key(e, rank)
 end
 
--- Hands back every batch consumer cid holds, counting in dlv one more
--- delivery that ended without an acknowledgement, except for the ids in
--- unseen (taken but never handed to the application). A batch delivered
--- maxd times (maxd > 0) goes to the dead-letter list instead.
-local function give_back(cid, maxd, now, unseen)
+-- Hands back every batch consumer cid holds, oldest next in line. A batch
+-- its application received (handed) has one more delivery that ended
+-- without an acknowledgement, counted in dlv; at maxd (> 0) it goes to
+-- the dead letters instead. A batch that was only prefetched goes back as
+-- it was. extra: ids the caller knows were handed (a closing consumer's).
+local function give_back(cid, maxd, now, extra)
   local pending = pre .. 'pending:' .. cid
   local rank = redis.call('HGET', pre .. 'crank', cid)
   local n = 0
@@ -76,15 +139,17 @@ local function give_back(cid, maxd, now, unseen)
     -- Newest first, each to the front: the oldest ends up next in line.
     local id = redis.call('LPOP', pending)
     if not id then break end
-    if string.sub(id, 1, 4) == 'eof:' then
-      redis.call('RPUSH', ready_key(string.sub(id, 5), rank), id)
-    else
-      local v = redis.call('HGET', pre .. 'dlv', id)
-      local d = tonumber(v or '0')
-      -- Only a batch still held (it has a count) is counted.
-      if v and not unseen[id] then
+    local e = marker_epoch(id)
+    local v = redis.call('HGET', pre .. 'dlv', id)
+    if e then
+      -- An end marker a BLMOVE moved here: back to its list.
+      if true_marker(id, e) then redis.call('RPUSH', ready_key(e, rank), id) end
+    elseif v then
+      local d = tonumber(v)
+      if handed(id) or extra[id] then
         d = d + 1
         redis.call('HSET', pre .. 'dlv', id, d)
+        redis.call('PERSIST', pre .. 'b:' .. id)
       end
       if maxd > 0 and d >= maxd then
         dead_letter(id, 'delivered ' .. d .. ' times without an acknowledgement', now)
@@ -93,20 +158,108 @@ local function give_back(cid, maxd, now, unseen)
         n = n + 1
       end
     end
+    -- (An id the queue no longer holds was acknowledged meanwhile.)
   end
   if n > 0 then redis.call('HINCRBY', pre .. 'stats', 'requeued', n) end
   return n
 end
 
 local function drop_consumer(cid)
+  local rank = redis.call('HGET', pre .. 'crank', cid)
+  if rank and redis.call('HGET', pre .. 'rholder', rank) == cid then
+    redis.call('HDEL', pre .. 'rholder', rank)
+  end
   redis.call('HDEL', pre .. 'consumers', cid)
+  redis.call('HDEL', pre .. 'ctoken', cid)
   redis.call('HDEL', pre .. 'crank', cid)
   redis.call('DEL', pre .. 'cstats:' .. cid)
 end
 
+local function lease_ms()
+  return tonumber(redis.call('HGET', meta, 'lease_ms') or '10000')
+end
+
+local function max_deliveries()
+  return tonumber(redis.call('HGET', meta, 'max_deliveries') or '0')
+end
+
+-- Hands back what consumer cid holds and forgets it.
+local function reap_consumer(cid, now)
+  local n = give_back(cid, max_deliveries(), now, {})
+  drop_consumer(cid)
+  return n
+end
+
+-- A consumer's sign of life: registers consumer cid, whose process holds
+-- token tok, or renews its lease. fresh '1' is the process's first call.
+-- Returns nil, or an error reply: LEASELOST when this process's lease ran
+-- out (its batches went back to the queue, so it must drop what it
+-- prefetched), HELD "<holder> <seen_ms> <text>" when the id, or the rank,
+-- belongs to a consumer whose lease runs.
+local function enter(cid, tok, fresh, rank, now)
+  local lease = lease_ms()
+  local cur = redis.call('HGET', pre .. 'ctoken', cid)
+  if fresh ~= '1' then
+    if cur == tok then
+      redis.call('HSET', pre .. 'consumers', cid, now)
+      return nil
+    end
+    if not cur then
+      -- Reaped. What a BLMOVE moved in since goes back at once (it was
+      -- never handed to the application).
+      give_back(cid, 0, now, {})
+    end
+    return redis.error_reply('LEASELOST consumer ' .. cid .. ' was silent for longer than ' ..
+                             'its lease of ' .. lease .. ' ms: the batches it held went ' ..
+                             'back to the queue' .. (cur and ' (its id was taken over)' or ''))
+  end
+  if cur and cur ~= tok then
+    local seen = tonumber(redis.call('HGET', pre .. 'consumers', cid) or '0')
+    if seen + lease >= now then
+      return redis.error_reply('HELD ' .. cid .. ' ' .. seen .. ' consumer id ' .. cid ..
+                               ' is in use by a consumer seen ' .. (now - seen) .. ' ms ago')
+    end
+    reap_consumer(cid, now)
+  end
+  if rank ~= '' then
+    local h = redis.call('HGET', pre .. 'rholder', rank)
+    if h and h ~= cid then
+      local seen = tonumber(redis.call('HGET', pre .. 'consumers', h) or '0')
+      if seen + lease >= now then
+        return redis.error_reply('HELD ' .. h .. ' ' .. seen .. ' rank ' .. rank ..
+                                 ' is held by consumer ' .. h .. ', seen ' .. (now - seen) ..
+                                 ' ms ago')
+      end
+      reap_consumer(h, now)
+    end
+    redis.call('HSET', pre .. 'rholder', rank, cid)
+    redis.call('HSET', pre .. 'crank', cid, rank)
+  end
+  if not cur then
+    -- Left by an earlier process under this id that nobody reaped (its
+    -- registration was lost with Redis's last second, say).
+    give_back(cid, max_deliveries(), now, {})
+  end
+  redis.call('HSET', pre .. 'ctoken', cid, tok)
+  redis.call('HSET', pre .. 'consumers', cid, now)
+  return nil
+end
+
+-- Posts the job's last end once no batch is held any more and every
+-- earlier epoch has ended.
+local post_markers
+local function final_if_drained()
+  local e = redis.call('HGET', job, 'final_pending')
+  if e and redis.call('HLEN', pre .. 'dlv') == 0 and
+     tonumber(redis.call('HGET', job, 'epoch_open') or '0') >= tonumber(e) then
+    redis.call('HDEL', job, 'final_pending')
+    post_markers(e, 'eof:' .. e)
+  end
+end
+
 -- Pushes marker (unless nil: pushed already) into epoch e's list and moves
 -- epoch_open past every epoch whose end is posted.
-local function post_markers(e, marker)
+post_markers = function(e, marker)
   if marker then redis.call('LPUSH', ready_key(e, nil), marker) end
   local open = tonumber(redis.call('HGET', job, 'epoch_open') or '0')
   while redis.call('HEXISTS', pre .. 'eof', open) == 1 and
@@ -117,8 +270,9 @@ local function post_markers(e, marker)
   if open >= tonumber(redis.call('HGET', job, 'epochs')) then
     redis.call('HSET', job, 'state', 'finished')
     -- Producers waiting for a task learn at once that none will come.
-    redis.call('LPUSH', pre .. 'task_wake', 1)
-    redis.call('LTRIM', pre .. 'task_wake', 0, 15)
+    wake_task_waiters()
+  else
+    final_if_drained()
   end
   wake_producers()
 end
@@ -127,7 +281,7 @@ end
 -- coordinated queue the last, incomplete round is dropped or padded first;
 -- then an end marker goes behind the epoch's last batch in every list.
 -- In a free queue the end of the job's last epoch waits until no batch is
--- held (see final_if_drained).
+-- held and every earlier epoch has ended (see final_if_drained).
 local function epoch_end(e)
   local ntasks = tonumber(redis.call('HGET', job, 'ntasks') or '0')
   if ntasks == 0 then return end
@@ -168,9 +322,9 @@ local function epoch_end(e)
   if tonumber(e) == tonumber(redis.call('HGET', job, 'epochs')) - 1 then
     -- Every task is done: producers may go.
     redis.call('HSET', job, 'state', 'finished')
-    redis.call('LPUSH', pre .. 'task_wake', 1)
-    redis.call('LTRIM', pre .. 'task_wake', 0, 15)
-    if redis.call('HLEN', pre .. 'dlv') > 0 then
+    wake_task_waiters()
+    if redis.call('HLEN', pre .. 'dlv') > 0 or
+       tonumber(redis.call('HGET', job, 'epoch_open') or '0') < tonumber(e) then
       -- The job's last end waits for every batch to be acknowledged: a
       -- consumer that dies holding some hands them back after its lease,
       -- and no epoch would follow to deliver them in. ack, dead, reap and
@@ -182,19 +336,13 @@ local function epoch_end(e)
   post_markers(e, marker)
 end
 
--- Posts the job's last end once no batch is held any more.
-local function final_if_drained()
-  local e = redis.call('HGET', job, 'final_pending')
-  if e and redis.call('HLEN', pre .. 'dlv') == 0 then
-    redis.call('HDEL', job, 'final_pending')
-    post_markers(e, 'eof:' .. e)
-  end
-end
-
--- A task leaves its producer without being done: it is tried again, or,
--- after max_attempts counted attempts, recorded as failed (its epoch can
--- then end without it).
-local function task_failed(t, err, counted)
+-- A task leaves its producer without being done. counted: a failure its
+-- producer reported, which counts an attempt; after max_attempts the task
+-- is failed (its epoch can end without it). Otherwise it goes back to the
+-- front of its epoch's waiting list as it was, with resume (when given)
+-- the seq up to which its batches are known to be stored.
+local function task_failed(t, err, counted, resume)
+  local e = string.match(t, '^(%d+):')
   redis.call('ZREM', pre .. 'tlease', t)
   redis.call('HDEL', pre .. 'towner', t)
   redis.call('HSET', pre .. 'terr', t, err)
@@ -202,25 +350,43 @@ local function task_failed(t, err, counted)
   if not counted then
     redis.call('HINCRBY', pre .. 'tattempts', t, -1)
   end
+  if resume and tonumber(resume) > tonumber(redis.call('HGET', pre .. 'tresume', t) or '0') then
+    redis.call('HSET', pre .. 'tresume', t, resume)
+  end
   if counted and att >= tonumber(redis.call('HGET', job, 'max_attempts') or '3') then
     redis.call('RPUSH', pre .. 'failed', t)
-    local e = string.match(t, '^(%d+):')
     redis.call('HINCRBY', pre .. 'edone', e, 1)
     redis.call('HINCRBY', pre .. 'estats', e .. ':failed_tasks', 1)
     epoch_end(e)
   else
-    redis.call('LPUSH', pre .. 'tasks', t)
+    redis.call('LPUSH', tasks_key(e), t)
+    redis.call('HINCRBY', job, 'twaiting', 1)
+    if tonumber(e) < tonumber(redis.call('HGET', job, 'tscan') or '0') then
+      redis.call('HSET', job, 'tscan', e)
+    end
   end
-  redis.call('LPUSH', pre .. 'task_wake', 1)
-  redis.call('LTRIM', pre .. 'task_wake', 0, 15)
+  wake_task_waiters()
+  -- A producer blocked on room with a later epoch's task may take it.
+  wake_producers()
 end
 
--- Returns every task whose lease ran out to the waiting list.
+-- Returns every task whose lease ran out to the front of its epoch's
+-- list: its producer died or froze, which is no failure of the task.
+-- Crash loops are bounded apart: after max_crashes expiries the task is
+-- failed ("producers died N times holding it").
 local function reap_tasks(now)
   local n = 0
   for _, t in ipairs(redis.call('ZRANGEBYSCORE', pre .. 'tlease', '-inf', now, 'LIMIT', 0, 64)) do
     local owner = redis.call('HGET', pre .. 'towner', t) or '?'
-    task_failed(t, 'lease expired: producer ' .. owner .. ' stopped renewing it', true)
+    local d = redis.call('HINCRBY', pre .. 'tcrashes', t, 1)
+    if d >= tonumber(redis.call('HGET', job, 'max_crashes') or '20') then
+      -- Failed at once: make it the last counted attempt.
+      redis.call('HSET', pre .. 'tattempts', t, redis.call('HGET', job, 'max_attempts') or '3')
+      task_failed(t, 'producers died ' .. d .. ' times holding it (the last: producer ' ..
+                  owner .. ')', true)
+    else
+      task_failed(t, 'lease expired: producer ' .. owner .. ' stopped renewing it', false)
+    end
     n = n + 1
   end
   if n > 0 then redis.call('HINCRBY', pre .. 'stats', 'tasks_reaped', n) end

@@ -5,7 +5,10 @@
 -- taken becomes b:<id>; the in: key of any other is deleted, so none is
 -- left whatever the outcome. Returns one result per batch: 1 stored, 2
 -- duplicate (already queued or acknowledged), 0 full (and so is every
--- later batch of the group), or an error (TOOBIG, INVALID).
+-- later batch of the group), or an error: TOOBIG (a frame above the
+-- queue's frame limit or its byte budget), INVALID (no frame, or a seq
+-- above 16777215). A batch of an epoch whose end is posted already goes
+-- to the first epoch still open (it is late; see requeue_list in lib.lua).
 local meta = KEYS[1]
 local pre = string.sub(meta, 1, -5)
 redis.call('EXISTS', meta, pre .. 'guard')   -- migration guard (lib.lua)
@@ -15,9 +18,11 @@ local ids, tmp, get = {}, {}, {}
 for k = 1, n do
   ids[k] = e .. ':' .. t .. ':' .. ARGV[k + 2]
   tmp[k] = pre .. 'in:' .. ids[k]
-  get[3 * k - 2], get[3 * k - 1], get[3 * k] = 'GET', 'u1', ARGV[k + 2]
+  -- (A seq out of range reads bit 0: the batch is refused below.)
+  local ok = (tonumber(ARGV[k + 2]) or math.huge) <= 16777215
+  get[3 * k - 2], get[3 * k - 1], get[3 * k] = 'GET', 'u1', ok and ARGV[k + 2] or '0'
 end
-local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes', 'ranks')
+local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes', 'ranks', 'max_frame')
 if not m[1] then
   if n > 0 then redis.call('DEL', unpack(tmp)) end
   return redis.error_reply('NOQUEUE no such queue')
@@ -27,12 +32,36 @@ if n < 1 then return {} end
 -- bitmap of the epoch and task).
 local dlv = pre .. 'dlv'
 local held = redis.call('HMGET', dlv, unpack(ids))
-local acked = redis.call('BITFIELD_RO', pre .. 'acked:' .. e .. ':' .. t, unpack(get))
+local bm = pre .. 'acked:' .. e .. ':' .. t
+local acked = redis.call('BITFIELD_RO', bm, unpack(get))
+-- A consumer restored these after Redis lost its last writes (restore):
+-- 'acked' is a duplicate, 'held' was delivered once already.
+local redo = {}
+if redis.call('EXISTS', pre .. 'redo') == 1 then
+  redo = redis.call('HMGET', pre .. 'redo', unpack(ids))
+  for k = 1, n do
+    if redo[k] then
+      redis.call('HDEL', pre .. 'redo', ids[k])
+      if redo[k] == 'acked' and not held[k] then
+        redis.call('SETBIT', bm, ARGV[k + 2], 1)
+        redis.call('SADD', pre .. 'bitmaps', bm)
+        acked[k] = 1
+      end
+    end
+  end
+end
 local maxn, maxb = tonumber(m[1]), tonumber(m[2])
 local budget = maxb
 local ranks = tonumber(m[3] or '0')
-local open = redis.call('HGET', pre .. 'job', 'epoch_open')
-open = open and tonumber(open)
+local jf = redis.call('HMGET', pre .. 'job', 'epoch_open', 'epochs')
+local open = jf[1] and tonumber(jf[1])
+local frame_max = tonumber(m[4] or '67108864')
+-- The list (or coordinated stage) the batches go to: their epoch's, or
+-- the first open epoch's when the end of theirs is posted.
+local le = e
+if open and redis.call('HEXISTS', pre .. 'eof', e) == 1 then
+  le = tostring(math.min(open, tonumber(jf[2]) - 1))
+end
 local count = redis.call('HLEN', dlv)
 local used = tonumber(redis.call('GET', pre .. 'bytes') or '0')
 -- Batches of an epoch the trainers have not reached get 3/4 of the
@@ -41,7 +70,7 @@ if open and tonumber(e) > open then
   maxn = math.max(1, math.floor(maxn * 3 / 4))
   maxb = math.floor(maxb * 3 / 4)
 end
-local stage = pre .. 'stage:' .. e
+local stage = pre .. 'stage:' .. le
 local out, gone, fields, seen, list = {}, {}, {}, {}, {}
 local pushed, bytes, dups, full, nf = 0, 0, 0, false, 0
 for k = 1, n do
@@ -55,6 +84,11 @@ for k = 1, n do
     local size = redis.call('STRLEN', tmp[k])
     if size == 0 then
       out[k] = redis.error_reply('INVALID no frame in ' .. tmp[k])
+    elseif (tonumber(ARGV[k + 2]) or math.huge) > 16777215 then
+      out[k] = redis.error_reply('INVALID batch ' .. id .. ': seq above 16777215')
+    elseif size > frame_max then
+      out[k] = redis.error_reply('TOOBIG batch of ' .. size ..
+               ' bytes exceeds the queue frame limit of ' .. frame_max)
     elseif size > budget then
       out[k] = redis.error_reply('TOOBIG batch of ' .. size ..
                ' bytes exceeds the queue byte budget of ' .. budget)
@@ -72,13 +106,13 @@ for k = 1, n do
         seen[id] = true
         count, used = count + 1, used + size
         pushed, bytes = pushed + 1, bytes + size
-        fields[nf + 1], fields[nf + 2] = id, '0'
+        fields[nf + 1], fields[nf + 2] = id, redo[k] == 'held' and '1' or '0'
         nf = nf + 2
         if ranks > 0 then
           redis.call('LPUSH', stage, id)
           if completes then
             for r = 0, ranks - 1 do
-              redis.call('LMOVE', stage, pre .. 'ready:' .. e .. ':' .. r, 'RIGHT', 'LEFT')
+              redis.call('LMOVE', stage, pre .. 'ready:' .. le .. ':' .. r, 'RIGHT', 'LEFT')
             end
           end
         else
@@ -93,7 +127,7 @@ if #gone > 0 then redis.call('DEL', unpack(gone)) end
 if dups > 0 then redis.call('HINCRBY', pre .. 'stats', 'dup_dropped', dups) end
 if pushed > 0 then
   redis.call('HSET', dlv, unpack(fields))
-  if #list > 0 then redis.call('LPUSH', pre .. 'ready:' .. e, unpack(list)) end
+  if #list > 0 then redis.call('LPUSH', pre .. 'ready:' .. le, unpack(list)) end
   redis.call('HINCRBY', pre .. 'estats', e .. ':pushed', pushed)
   redis.call('INCRBY', pre .. 'bytes', bytes)
   redis.call('HINCRBY', pre .. 'stats', 'pushed', pushed)

@@ -1,21 +1,17 @@
 #!lua flags=allow-oom
--- reap: ARGV now_ms. Anyone may run it. Hands back the batches of every
--- consumer whose lease ran out (poison batches to the dead-letter list)
--- and returns to the waiting list every task whose lease ran out.
--- Returns {batches handed back, tasks reaped}.
+-- reap: no ARGV. Anyone may run it. Hands back the batches of every
+-- consumer whose lease ran out on the server's clock (poison batches to
+-- the dead-letter list) and returns to the waiting lists every task whose
+-- lease ran out. Returns {batches handed back, tasks reaped}.
 --! include lib
-if redis.call('EXISTS', meta) == 0 then
-  return redis.error_reply('NOQUEUE no such queue')
-end
-local now = tonumber(ARGV[1])
-local lease = tonumber(redis.call('HGET', meta, 'lease_ms') or '10000')
-local maxd = tonumber(redis.call('HGET', meta, 'max_deliveries') or '0')
+local nq = noqueue() if nq then return nq end
+local now = now_ms()
+local lease = lease_ms()
 local seen = redis.call('HGETALL', pre .. 'consumers')
 local n = 0
 for i = 1, #seen, 2 do
   if tonumber(seen[i + 1]) + lease < now then
-    n = n + give_back(seen[i], maxd, now, {})
-    drop_consumer(seen[i])
+    n = n + reap_consumer(seen[i], now)
   end
 end
 local t = 0

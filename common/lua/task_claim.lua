@@ -1,30 +1,47 @@
 #!lua flags=allow-oom
--- task_claim: ARGV producer id, now_ms, lease_ms, and optionally
--- need_room. Reaps expired task leases, then claims the next waiting task
--- under a lease. Returns {'task', 'epoch:shard', definition, attempt,
--- batch_size, epochs, resume} (resume: the first seq to push, where a
--- producer that handed the task back stopped), {'wait'} when every
--- remaining task is claimed by someone else, {'done'} when the job is
--- finished, {'nojob'} when there is none, and with need_room '1'
+-- task_claim: ARGV producer id, lease_ms, and optionally need_room.
+-- Reaps expired task leases, then claims under a lease the next waiting
+-- task of the lowest epoch that has one (the open epoch's first: the
+-- consumers wait for it). Returns {'task', 'epoch:shard', definition,
+-- attempt, batch_size, epochs, resume} (resume: the first seq to push,
+-- where a producer that handed the task back stopped), {'wait'} when
+-- every remaining task is claimed by someone else, {'done', failed tasks}
+-- when the job is finished, {'nojob'} when there is none, and with need_room '1'
 -- {'full'} when the queue is at its budget (nothing claimed).
 --! include lib
-local now = tonumber(ARGV[2])
-if redis.call('EXISTS', job) == 0 then return {'nojob'} end
-redis.call('HSET', pre .. 'producers', ARGV[1], ARGV[2])
+local nq = noqueue() if nq then return nq end
+local now = now_ms()
+local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs', 'twaiting', 'tscan')
+if not st[1] then return {'nojob'} end
+redis.call('HSET', pre .. 'producers', ARGV[1], now)
 reap_tasks(now)
-if ARGV[4] == '1' and redis.call('LLEN', pre .. 'tasks') > 0 then
+local waiting = tonumber(redis.call('HGET', job, 'twaiting') or '0')
+if ARGV[3] == '1' and waiting > 0 then
   local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes')
   if redis.call('HLEN', pre .. 'dlv') >= tonumber(m[1]) or
      tonumber(redis.call('GET', pre .. 'bytes') or '0') >= tonumber(m[2]) then
     return {'full'}
   end
 end
-local t = redis.call('LPOP', pre .. 'tasks')
+local t
+if waiting > 0 then
+  -- tscan: no task waits in an epoch below it (a hand-back lowers it).
+  local e = math.max(tonumber(st[2] or '0'), tonumber(st[5] or '0'))
+  while e < tonumber(st[3]) do
+    t = redis.call('LPOP', tasks_key(e))
+    if t then break end
+    e = e + 1
+  end
+  redis.call('HSET', job, 'tscan', e)
+end
 if not t then
-  if redis.call('HGET', job, 'state') == 'finished' then return {'done'} end
+  if redis.call('HGET', job, 'state') == 'finished' then
+    return {'done', redis.call('LLEN', pre .. 'failed')}
+  end
   return {'wait'}
 end
-redis.call('ZADD', pre .. 'tlease', now + tonumber(ARGV[3]), t)
+redis.call('HINCRBY', job, 'twaiting', -1)
+redis.call('ZADD', pre .. 'tlease', now + tonumber(ARGV[2]), t)
 redis.call('HSET', pre .. 'towner', t, ARGV[1])
 local attempt = redis.call('HINCRBY', pre .. 'tattempts', t, 1)
 local shard = string.match(t, ':(%d+)$')

@@ -5,6 +5,7 @@
 -- (its lease ran out; whoever redoes it pushes the same ids, which Redis
 -- drops as duplicates).
 --! include lib
+local nq = noqueue() if nq then return nq end
 local t = ARGV[2]
 if redis.call('HGET', pre .. 'towner', t) ~= ARGV[1] then return 0 end
 redis.call('ZREM', pre .. 'tlease', t)

@@ -40,22 +40,28 @@ static const char usage_text[] =
     "commands:\n"
     "  create Q --max-batches N --max-bytes B [--consumers N --coordinated\n"
     "         [--remainder drop|pad]] [--lease-ms MS] [--max-deliveries K]\n"
-    "         [--partitions P]\n"
+    "         [--max-frame-bytes F] [--partitions P]\n"
     "                       create queue Q with its budgets: at most N batches and\n"
     "                       B bytes held in Redis (queued + not yet acknowledged);\n"
     "                       B takes a K, M or G suffix (powers of 1024).\n"
     "                       --coordinated: N ranks get the same number of batches per\n"
     "                       epoch; the last incomplete round is dropped or padded.\n"
-    "                       --lease-ms: a consumer silent this long (default 10000)\n"
-    "                       loses its unacknowledged batches to the others;\n"
-    "                       --max-deliveries: deliveries without an ack before a\n"
-    "                       batch is dead-lettered (default 3).\n"
+    "                       --lease-ms: a consumer silent this long on the Redis\n"
+    "                       server's clock (default 10000, at least 1000) loses its\n"
+    "                       unacknowledged batches to the others;\n"
+    "                       --max-deliveries: deliveries to an application that\n"
+    "                       ended without an ack before a batch is dead-lettered\n"
+    "                       (default 3); --max-frame-bytes: the largest batch frame\n"
+    "                       the queue admits, refused at the producer (default\n"
+    "                       64M, or B if smaller).\n"
     "                       --partitions P (1..1024): P partitions Q#0..Q#P-1, each\n"
     "                       a complete queue with all these settings, spread over\n"
     "                       the servers or the cluster's nodes. The budgets are PER\n"
     "                       PARTITION: the queue holds up to P x N batches and\n"
     "                       P x B bytes. Q may not contain '#'\n"
-    "  delete Q             remove queue Q (every partition) and everything it holds\n"
+    "  delete Q             remove queue Q (every partition) and everything it holds,\n"
+    "                       in steps of about 1000 keys; an interrupted delete is\n"
+    "                       finished by running it again\n"
     "  info Q [--json]      show budgets, what the queue holds, its counters, the job\n"
     "                       (if any), and the producers and consumers alive; for a\n"
     "                       partitioned queue the sums over its partitions, then\n"
@@ -80,15 +86,19 @@ static const char usage_text[] =
     "                       sluice_partition_* gauges per partition. Runs until\n"
     "                       SIGINT or SIGTERM (exit 0)\n"
     "  submit Q --manifest FILE --epochs E --batch-size N [--shuffle-seed S]\n"
-    "         [--max-attempts K]\n"
+    "         [--max-attempts K] [--max-crashes C]\n"
     "                       turn the manifest into a job: one task per shard and\n"
     "                       epoch, E epochs, N records per batch. With a seed each\n"
     "                       epoch's task order is a shuffle (the same seed gives the\n"
     "                       same orders; epochs differ); without one, manifest order.\n"
-    "                       A task that fails K times (default 3) is recorded as\n"
-    "                       failed. Refused while the queue runs a job; replaces a\n"
-    "                       finished one. All or nothing: on any error no trace of\n"
-    "                       the job is left in Redis. A queue of P partitions:\n"
+    "                       A task whose producers report K failures (default 3), or\n"
+    "                       whose lease runs out C times (its producers died holding\n"
+    "                       it; default 20), is recorded as failed. Refused while the\n"
+    "                       queue runs a job; replaces a finished one. Sent in steps\n"
+    "                       of a few ms each, so that no job is too big for Redis;\n"
+    "                       all or nothing: the job appears at once at the end, and\n"
+    "                       on any error no trace of it is left. A queue of P\n"
+    "                       partitions:\n"
     "                       shard s goes to partition s mod P (the job needs P\n"
     "                       shards at least); every partition is checked before\n"
     "                       any is written (should one fail after all, the error\n"
@@ -102,12 +112,13 @@ static const char usage_text[] =
     "                       partition; --requeue puts them back in their epoch's\n"
     "                       list, --purge deletes them\n"
     "  reap Q               hand back now the batches of consumers and the tasks of\n"
-    "                       producers whose lease expired, in every partition\n"
-    "                       (producers and consumers reap too; anybody may)\n"
+    "                       producers whose lease expired on the Redis server's\n"
+    "                       clock, in every partition (producers and consumers reap\n"
+    "                       too; anybody may)\n"
     "  script NAME          print the Lua source of a protocol script\n"
     "                       (create delete push take claim ack requeue reap beat\n"
-    "                       dead deadadmin submit task_claim task_renew task_done\n"
-    "                       task_fail)\n"
+    "                       dead deadadmin restore submit task_claim task_renew\n"
+    "                       task_done task_fail)\n"
     "\n"
     "manifest (one shard per line; '#' starts a comment line):\n"
     "  READER PATH [PATH...] [records=START:END] [split=N]\n"
@@ -379,6 +390,7 @@ typedef struct create_opts {
     const char *remainder;    /* "drop" or "pad" */
     uint64_t lease_ms;        /* consumer lease */
     uint64_t max_deliveries;  /* deliveries before a batch is dead-lettered */
+    uint64_t max_frame;       /* largest batch frame; 0: min(64 MiB, max_bytes) */
     uint64_t partitions;      /* --partitions P; 0: a plain queue */
 } create_opts;
 
@@ -400,6 +412,8 @@ static int parse_create(int argc, char **argv, create_opts *o)
             num = &o->max_batches;
         else if (strcmp(opt, "--max-bytes") == 0)
             num = &o->max_bytes, suffix = 1;
+        else if (strcmp(opt, "--max-frame-bytes") == 0)
+            num = &o->max_frame, suffix = 1;
         else if (strcmp(opt, "--consumers") == 0)
             num = &o->ranks;
         else if (strcmp(opt, "--lease-ms") == 0)
@@ -428,6 +442,16 @@ static int parse_create(int argc, char **argv, create_opts *o)
         return usage_error("create: %s is required", "--max-batches");
     if (!o->max_bytes)
         return usage_error("create: %s is required", "--max-bytes");
+    if (o->lease_ms < SLUICEI_MIN_LEASE_MS)
+        return usage_error("create: --lease-ms %s is below the minimum of 1000 (a consumer's "
+                           "blocking read, a quarter of its lease, must end well inside it)",
+                           val_or(argv, argc, "--lease-ms"));
+    if (!o->max_frame)
+        o->max_frame = o->max_bytes < SLUICEI_MAX_FRAME_DEFAULT ? o->max_bytes
+                                                                : SLUICEI_MAX_FRAME_DEFAULT;
+    if (o->max_frame > o->max_bytes)
+        return usage_error("create: --max-frame-bytes %s is larger than --max-bytes (no batch "
+                           "could be that large)", val_or(argv, argc, "--max-frame-bytes"));
     if (o->coordinated && !o->ranks)
         return usage_error("create: %s", "--coordinated needs --consumers N (the number of ranks)");
     if (!o->coordinated && o->ranks)
@@ -484,15 +508,17 @@ static int delete_partitions(ctl *x, int lo, int hi)
  * all exist. If one fails, those made are deleted again. */
 static int cmd_create(ctl *x, const create_opts *o)
 {
-    char nb[24], nB[24], now[24], ranks[24], lease[24], maxd[24], np[24], pp[24];
+    char nb[24], nB[24], now[24], ranks[24], lease[24], maxd[24], mf[24], np[24], pp[24];
     snprintf(nb, sizeof nb, "%" PRIu64, o->max_batches);
     snprintf(nB, sizeof nB, "%" PRIu64, o->max_bytes);
     snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us());
     snprintf(ranks, sizeof ranks, "%" PRIu64, o->ranks);
     snprintf(lease, sizeof lease, "%" PRIu64, o->lease_ms);
     snprintf(maxd, sizeof maxd, "%" PRIu64, o->max_deliveries);
+    snprintf(mf, sizeof mf, "%" PRIu64, o->max_frame);
     snprintf(np, sizeof np, "%" PRIu64, o->partitions);
-    const char *args[] = {nb, nB, now, ranks, o->ranks ? o->remainder : "", lease, maxd, np, pp};
+    const char *args[] = {nb, nB, now, ranks, o->ranks ? o->remainder : "", lease, maxd, mf, np,
+                          pp};
     /* Q may exist in the other form (plain / partitioned), which the
      * script, looking at one name, would not see. */
     int have;
@@ -514,7 +540,7 @@ static int cmd_create(ctl *x, const create_opts *o)
     for (int p = nparts(x) - 1; p >= 0; p--) {
         redisReply *r;
         snprintf(pp, sizeof pp, "%d", p);
-        if (run_script(x, SLUICEI_SCRIPT_CREATE, pname(x, p), x->partitions ? 9 : 7, args, &r)) {
+        if (run_script(x, SLUICEI_SCRIPT_CREATE, pname(x, p), x->partitions ? 10 : 8, args, &r)) {
             if (p + 1 < nparts(x)) {
                 int left = delete_partitions(x, p + 1, nparts(x));
                 if (left)
@@ -541,31 +567,52 @@ static int cmd_create(ctl *x, const create_opts *o)
     return 0;
 }
 
+static redisReply *must(ctl *x, const char *q, int argc, const char **argv);
+
+/* The value of an integer-like reply (integer, decimal string; else 0). */
+static long long num_of(const redisReply *r)
+{
+    if (!r)
+        return 0;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return 0;
+}
+
 /* Deletes the queue; a partitioned one from its last partition to the
  * first, so that a delete that stops half-way can be run again (it finds
- * the queue through partition 0). */
+ * the queue through partition 0, or its 'deleting' key). Each partition
+ * goes in steps of about 1000 keys (delete.lua), so that Redis never
+ * stops for it. */
 static int cmd_delete(ctl *x)
 {
     long long keys = 0;
     int missing = 0;
     for (int p = nparts(x) - 1; p >= 0; p--) {
-        redisReply *r;
-        sluice_err e = script_call(x, SLUICEI_SCRIPT_DELETE, pname(x, p), 0, NULL, &r);
-        if (e == SLUICE_ERR_NOQUEUE && x->partitions && p > 0) {
-            /* A partition lost earlier: delete the others. */
+        for (int more = 1; more;) {
+            redisReply *r;
+            sluice_err e = script_call(x, SLUICEI_SCRIPT_DELETE, pname(x, p), 0, NULL, &r);
+            if (e == SLUICE_ERR_NOQUEUE && x->partitions && p > 0) {
+                /* A partition lost earlier: delete the others. */
+                freeReplyObject(r);
+                missing++;
+                break;
+            }
+            if (e != SLUICE_OK) {
+                script_failed(x, pname(x, p), e, &r, 0);
+                fprintf(stderr, "sluice-ctl: queue '%s' is deleted only in part: run the delete "
+                        "again to finish it\n", x->q);
+                return EXIT_RUNTIME;
+            }
+            more = 0;
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+                keys += num_of(r->element[0]);
+                more = num_of(r->element[1]) != 0;
+            }
             freeReplyObject(r);
-            missing++;
-            continue;
         }
-        if (e != SLUICE_OK) {
-            script_failed(x, pname(x, p), e, &r, 0);
-            if (p + 1 < nparts(x))
-                fprintf(stderr, "sluice-ctl: queue '%s': partitions %d..%d were deleted; run the "
-                        "delete again for the others\n", x->q, p + 1, nparts(x) - 1);
-            return EXIT_RUNTIME;
-        }
-        keys += r->integer;
-        freeReplyObject(r);
     }
     if (x->partitions)
         printf("deleted queue '%s' (%d partitions, %lld keys)\n", x->q, x->partitions, keys);
@@ -577,11 +624,46 @@ static int cmd_delete(ctl *x)
     return 0;
 }
 
+/* The queue a delete works on: as ctl_discover(), or one whose delete
+ * stopped half-way (its meta renamed 'deleting', delete.lua). */
+static int delete_discover(ctl *x)
+{
+    int partitions = 0;
+    char err[1024], k_plain[SLUICE_MAX_KEY], k_p0[SLUICE_MAX_KEY], p0[PART_NAME_MAX];
+    sluice_err e = sluicei_queue_partitions(x->r, x->q, &partitions, err, sizeof err);
+    if (e == SLUICE_OK)
+        return ctl_set_partitions(x, partitions) ? EXIT_RUNTIME : 0;
+    if (e != SLUICE_ERR_NOQUEUE) {
+        fprintf(stderr, "sluice-ctl: %s\n", err);
+        return EXIT_RUNTIME;
+    }
+    sluicei_key(k_plain, x->q, "deleting");
+    sluicei_partition_name(p0, x->q, 0);
+    sluicei_key(k_p0, p0, "deleting");
+    const char *ex[2] = {"EXISTS", k_plain}, *hg[3] = {"HGET", k_p0, "partitions"};
+    redisReply *a = must(x, x->q, 2, ex), *b = a ? must(x, p0, 3, hg) : NULL;
+    int rc = EXIT_RUNTIME;
+    if (a && b) {
+        if (a->type == REDIS_REPLY_INTEGER && a->integer == 1)
+            rc = ctl_set_partitions(x, 0) ? EXIT_RUNTIME : 0;
+        else if (b->type == REDIS_REPLY_STRING)
+            rc = ctl_set_partitions(x, atoi(b->str)) ? EXIT_RUNTIME : 0;
+        else
+            fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl "
+                    "create %s)\n", x->q, x->q);
+    }
+    if (a)
+        freeReplyObject(a);
+    if (b)
+        freeReplyObject(b);
+    return rc;
+}
+
 /* ---- submit --------------------------------------------------------------- */
 
 typedef struct submit_opts {
     const char *manifest;
-    uint64_t epochs, batch_size, max_attempts, seed;
+    uint64_t epochs, batch_size, max_attempts, max_crashes, seed;
     int has_seed;
 } submit_opts;
 
@@ -602,7 +684,7 @@ static int parse_u64(const char *s, uint64_t *out)
 /* Reads submit's flags. Returns 0 or EXIT_USAGE (message printed). */
 static int parse_submit(int argc, char **argv, submit_opts *o)
 {
-    *o = (submit_opts){.max_attempts = 3};
+    *o = (submit_opts){.max_attempts = 3, .max_crashes = 20};
     for (int i = 0; i < argc; i++) {
         const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         uint64_t *num = NULL, max = 0;
@@ -614,6 +696,8 @@ static int parse_submit(int argc, char **argv, submit_opts *o)
             num = &o->batch_size, max = MAX_BATCH_SIZE;
         else if (strcmp(opt, "--max-attempts") == 0)
             num = &o->max_attempts, max = MAX_ATTEMPTS;
+        else if (strcmp(opt, "--max-crashes") == 0)
+            num = &o->max_crashes, max = MAX_ATTEMPTS;
         else if (strcmp(opt, "--shuffle-seed") != 0)
             return usage_error("submit: unknown argument '%s'", opt);
         if (!val)
@@ -679,137 +763,77 @@ static void epoch_perm(uint32_t *perm, size_t n, const submit_opts *o, uint64_t 
     }
 }
 
-/* The job's arguments to the submit script, per partition (a plain queue:
- * one). Shard s goes to partition s mod P; its task order in an epoch is
- * the job's order of that epoch without the other partitions' shards. */
-typedef struct job_args {
-    int parts;
-    uint64_t epochs;
-    size_t *count;     /* [p]: shards of partition p */
-    char **def;        /* [s]: the definition of shard s */
-    char **order;      /* [p * epochs + e]: "3,0,2,1" */
-    char **shards;     /* [p]: "p,p+P,..." */
-    size_t nshards;
-} job_args;
+/* Items one step of the submit script sends at most (submit.lua): a few
+ * milliseconds of Redis's time each. */
+#define SUBMIT_CHUNK 1000
 
-static void job_args_free(job_args *j)
+/* Runs submit.lua's step op on partition p with the arguments args, and
+ * on success stores its integer reply in *result (when not NULL). Returns
+ * 0, or EXIT_RUNTIME (printed). */
+static int submit_step(ctl *x, int p, const char *op, const char *token, size_t n,
+                       const char **args, long long *result)
 {
-    for (size_t s = 0; j->def && s < j->nshards; s++)
-        free(j->def[s]);
-    for (size_t i = 0; j->order && i < (size_t)j->parts * j->epochs; i++)
-        free(j->order[i]);
-    for (int p = 0; j->shards && p < j->parts; p++)
-        free(j->shards[p]);
-    free(j->def);
-    free(j->order);
-    free(j->shards);
-    free(j->count);
-}
-
-/* Fills j. Returns 0, or -1 when out of memory (j partly filled: free it). */
-static int job_args_make(job_args *j, int parts, const submit_opts *o, const sluicei_shard *shards,
-                         size_t n)
-{
-    *j = (job_args){.parts = parts, .epochs = o->epochs, .nshards = n};
-    size_t P = (size_t)parts;
-    uint32_t *perm = malloc(n * sizeof *perm);
-    size_t *len = calloc(P, sizeof *len);
-    int rc = -1;
-    j->count = calloc(P, sizeof *j->count);
-    j->def = calloc(n, sizeof *j->def);
-    j->order = calloc(P * (size_t)o->epochs, sizeof *j->order);
-    j->shards = calloc(P, sizeof *j->shards);
-    if (!perm || !len || !j->count || !j->def || !j->order || !j->shards)
-        goto out;
-    for (size_t s = 0; s < n; s++) {
-        j->count[s % P]++;
-        if (!(j->def[s] = sluicei_shard_encode(&shards[s])))
-            goto out;
+    const char **argv = malloc((2 + n) * sizeof *argv);
+    if (!argv) {
+        fprintf(stderr, "sluice-ctl: out of memory building the job\n");
+        return EXIT_RUNTIME;
     }
-    /* shards < 10^7 (MAX_TASKS): 7 digits and a comma each */
-    for (size_t p = 0; p < P; p++) {
-        if (!(j->shards[p] = malloc(j->count[p] * 8 + 1)))
-            goto out;
-        size_t k = 0;
-        for (size_t s = p; s < n; s += P)
-            k += (size_t)sprintf(j->shards[p] + k, k ? ",%zu" : "%zu", s);
-        j->shards[p][k] = '\0';
+    argv[0] = op;
+    argv[1] = token;
+    for (size_t i = 0; i < n; i++)
+        argv[2 + i] = args[i];
+    redisReply *r;
+    sluice_err e = script_call(x, SLUICEI_SCRIPT_SUBMIT, pname(x, p), 2 + n, argv, &r);
+    free(argv);
+    if (e == SLUICE_ERR_EXISTS && x->partitions && r && strstr(r->str, "JOBEXISTS")) {
+        /* "... (epoch 0 of 2); wait ..." -> "... (epoch 0 of 2 in partition p); wait ..." */
+        const char *t = error_text(r, "JOBEXISTS"), *paren = strstr(t, ");");
+        if (paren)
+            fprintf(stderr, "sluice-ctl: queue '%s': %.*s in partition %d%s\n", x->q,
+                    (int)(paren - t), t, p, paren);
+        else
+            fprintf(stderr, "sluice-ctl: queue '%s': %s (partition %d)\n", x->q, t, p);
+        freeReplyObject(r);
+        return EXIT_RUNTIME;
     }
-    for (uint64_t e = 0; e < o->epochs; e++) {
-        epoch_perm(perm, n, o, e);
-        for (size_t p = 0; p < P; p++) {
-            if (!(j->order[p * o->epochs + e] = malloc(j->count[p] * 8 + 1)))
-                goto out;
-            len[p] = 0;
-        }
-        for (size_t i = 0; i < n; i++) {
-            size_t p = perm[i] % P;
-            char *str = j->order[p * o->epochs + e];
-            len[p] += (size_t)sprintf(str + len[p], len[p] ? ",%" PRIu32 : "%" PRIu32, perm[i]);
-        }
-        for (size_t p = 0; p < P; p++)
-            j->order[p * o->epochs + e][len[p]] = '\0';
-    }
-    rc = 0;
-out:
-    free(perm);
-    free(len);
-    return rc;
-}
-
-static redisReply *must(ctl *x, const char *q, int argc, const char **argv);
-
-/* Before a partitioned submit writes anything: every partition exists and
- * would take the job (the script's own checks, which it repeats
- * atomically). Returns 0 or EXIT_RUNTIME (printed). */
-static int submit_check(ctl *x)
-{
-    for (int p = 0; p < nparts(x); p++) {
-        char meta[SLUICE_MAX_KEY], job[SLUICE_MAX_KEY], dlv[SLUICE_MAX_KEY];
-        sluicei_key(meta, pname(x, p), "meta");
-        sluicei_key(job, pname(x, p), "job");
-        sluicei_key(dlv, pname(x, p), "dlv");
-        const char *ex[2] = {"EXISTS", meta};
-        const char *hm[5] = {"HMGET", job, "state", "epoch_open", "epochs"};
-        const char *hl[2] = {"HLEN", dlv};
-        redisReply *r = must(x, pname(x, p), 2, ex), *st = NULL, *held = NULL;
-        int rc = 0;
-        if (!r || !(st = must(x, pname(x, p), 5, hm)) || !(held = must(x, pname(x, p), 2, hl))) {
-            rc = EXIT_RUNTIME;
-        } else if (r->integer == 0) {
-            print_noqueue(x, pname(x, p));
-            rc = EXIT_RUNTIME;
-        } else if (st->type == REDIS_REPLY_ARRAY && st->elements == 3 &&
-                   st->element[0]->type == REDIS_REPLY_STRING) {
-            const char *state = st->element[0]->str;
-            const char *open = st->element[1]->str ? st->element[1]->str : "?";
-            const char *epochs = st->element[2]->str ? st->element[2]->str : "?";
-            if (strcmp(state, "finished") != 0) {
-                fprintf(stderr, "sluice-ctl: queue '%s': the queue runs a job (epoch %s of %s in "
-                        "partition %d); wait for it to finish or delete the queue\n", x->q, open,
-                        epochs, p);
-                rc = EXIT_RUNTIME;
-            } else if (held->integer > 0) {
-                fprintf(stderr, "sluice-ctl: queue '%s': the previous job is finished but %lld of "
-                        "its batches in partition %d are not consumed yet; wait for the "
-                        "consumers or delete the queue\n", x->q, held->integer, p);
-                rc = EXIT_RUNTIME;
-            }
-        }
-        if (r)
-            freeReplyObject(r);
-        if (st)
-            freeReplyObject(st);
-        if (held)
-            freeReplyObject(held);
-        if (rc)
-            return rc;
-    }
+    if (e != SLUICE_OK)
+        return script_failed(x, pname(x, p), e, &r, 2 + n);
+    if (result)
+        *result = num_of(r);
+    freeReplyObject(r);
     return 0;
 }
 
-/* Submits the job: one script call for a plain queue; for a partitioned
- * one, after checking every partition, one per partition, in order. */
+/* Gives up what the submit staged in partition p, in steps. */
+static void submit_abort(ctl *x, int p, const char *token)
+{
+    for (long long left = 1; left > 0;)
+        if (submit_step(x, p, "abort", token, 0, NULL, &left))
+            break;
+}
+
+/* Sends pending[0..*n) as one 'tasks' step of epoch e and empties it. */
+static int flush_tasks(ctl *x, int p, const char *token, const char *e, char (*pending)[48],
+                       size_t *n)
+{
+    if (*n == 0)
+        return 0;
+    const char *args[1 + SUBMIT_CHUNK];
+    args[0] = e;
+    for (size_t i = 0; i < *n; i++)
+        args[1 + i] = pending[i];
+    int rc = submit_step(x, p, "tasks", token, 1 + *n, args, NULL);
+    *n = 0;
+    return rc;
+}
+
+/* Submits the job in steps (submit.lua): every partition (a plain queue:
+ * the one) begins, clears what the previous job left, and stages its
+ * definitions and its tasks, epoch by epoch; then each commits, which
+ * makes its part visible at once. A failure before the commits leaves
+ * nothing visible (the staging is given up); the commits are one call
+ * each, and only a partition lost between them leaves a job in part
+ * (the error says which). */
 static int cmd_submit(ctl *x, const submit_opts *o, const sluicei_shard *shards, size_t n)
 {
     if ((uint64_t)n * o->epochs > MAX_TASKS) {
@@ -824,41 +848,87 @@ static int cmd_submit(ctl *x, const submit_opts *o, const sluicei_shard *shards,
                 x->q, P, n, n == 1 ? "" : "s");
         return EXIT_RUNTIME;
     }
-    job_args j;
-    size_t most = n / (size_t)P + 1;
-    size_t argc = 6 + most + (size_t)o->epochs + 1;
-    const char **argv = calloc(argc, sizeof *argv);
-    char ep[24], ns[24], bs[24], seed[24], ma[24], now[24];
-    int rc = EXIT_RUNTIME;
-    long long tasks = 0;
-    if (job_args_make(&j, P, o, shards, n) != 0 || !argv) {
-        fprintf(stderr, "sluice-ctl: out of memory building the job\n");
-        goto out;
-    }
-    if (x->partitions && submit_check(x) != 0)
-        goto out;
+    char token[40], ep[24], ns[24], bs[24], seed[24], ma[24], mc[24], num[24];
+    snprintf(token, sizeof token, "%016" PRIx64 "-%" PRIu64, sluicei_random64(),
+             sluicei_wall_us());
     snprintf(ep, sizeof ep, "%" PRIu64, o->epochs);
     snprintf(bs, sizeof bs, "%" PRIu64, o->batch_size);
     seed[0] = '\0';
     if (o->has_seed)
         snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
     snprintf(ma, sizeof ma, "%" PRIu64, o->max_attempts);
-    snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us());
+    snprintf(mc, sizeof mc, "%" PRIu64, o->max_crashes);
+    uint32_t *perm = malloc(n * sizeof *perm);
+    char (*pending)[48] = malloc((size_t)P * SUBMIT_CHUNK * sizeof *pending);
+    size_t *npend = calloc((size_t)P, sizeof *npend);
+    char **defs = calloc(2 * SUBMIT_CHUNK, sizeof *defs);
+    int rc = EXIT_RUNTIME, begun = 0;
+    long long tasks = 0;
+    if (!perm || !pending || !npend || !defs) {
+        fprintf(stderr, "sluice-ctl: out of memory building the job\n");
+        goto out;
+    }
+    /* Begin and clear every partition first: a refusal (a job running)
+     * comes before anything is staged anywhere. */
+    for (int p = 0; p < P; p++) {
+        size_t mine = n / (size_t)P + ((size_t)p < n % (size_t)P);
+        snprintf(ns, sizeof ns, "%zu", mine);
+        const char *args[7] = {ep, ns, bs, seed, ma, mc, NULL};
+        long long left = 0;
+        if (submit_step(x, p, "begin", token, 6, args, &left))
+            goto out;
+        begun = p + 1;
+        while (left > 0)
+            if (submit_step(x, p, "clear", token, 0, NULL, &left))
+                goto out;
+    }
+    /* Definitions: shard s goes to partition s mod P under its global number. */
     for (int p = 0; p < P; p++) {
         size_t k = 0;
-        snprintf(ns, sizeof ns, "%zu", j.count[p]);
-        const char *head[6] = {ep, ns, bs, seed, ma, now};
-        for (; k < 6; k++)
-            argv[k] = head[k];
-        for (size_t s = (size_t)p; s < n; s += (size_t)P)
-            argv[k++] = j.def[s];
-        for (uint64_t e = 0; e < o->epochs; e++)
-            argv[k++] = j.order[(size_t)p * o->epochs + e];
-        /* The shard numbers stay global: batch ids are unique in the queue. */
-        if (x->partitions)
-            argv[k++] = j.shards[p];
-        redisReply *r;
-        if (run_script(x, SLUICEI_SCRIPT_SUBMIT, pname(x, p), k, argv, &r) != 0) {
+        for (size_t sh = (size_t)p; sh < n; sh += (size_t)P) {
+            char *d = sluicei_shard_encode(&shards[sh]);
+            char *nb = malloc(24);
+            if (!d || !nb) {
+                free(d);
+                free(nb);
+                fprintf(stderr, "sluice-ctl: out of memory building the job\n");
+                goto out_defs;
+            }
+            snprintf(nb, 24, "%zu", sh);
+            defs[k++] = nb;
+            defs[k++] = d;
+            if (k == 2 * SUBMIT_CHUNK || sh + (size_t)P >= n) {
+                int bad = submit_step(x, p, "defs", token, k, (const char **)defs, NULL);
+                for (size_t i = 0; i < k; i++) {
+                    free(defs[i]);
+                    defs[i] = NULL;
+                }
+                k = 0;
+                if (bad)
+                    goto out;
+            }
+        }
+    }
+    /* Tasks, epoch by epoch in the job's order (a partition's: the job's
+     * order without the other partitions' shards). */
+    for (uint64_t e = 0; e < o->epochs; e++) {
+        snprintf(num, sizeof num, "%" PRIu64, e);
+        epoch_perm(perm, n, o, e);
+        for (size_t i = 0; i < n; i++) {
+            int p = (int)(perm[i] % (uint32_t)P);
+            snprintf(pending[(size_t)p * SUBMIT_CHUNK + npend[p]++], 48, "%" PRIu64 ":%" PRIu32,
+                     e, perm[i]);
+            if (npend[p] == SUBMIT_CHUNK &&
+                flush_tasks(x, p, token, num, pending + (size_t)p * SUBMIT_CHUNK, &npend[p]))
+                goto out;
+        }
+        for (int p = 0; p < P; p++)
+            if (flush_tasks(x, p, token, num, pending + (size_t)p * SUBMIT_CHUNK, &npend[p]))
+                goto out;
+    }
+    for (int p = 0; p < P; p++) {
+        long long got = 0;
+        if (submit_step(x, p, "commit", token, 0, NULL, &got)) {
             if (p > 0) {
                 char done[48];
                 if (p == 1)
@@ -869,12 +939,15 @@ static int cmd_submit(ctl *x, const submit_opts *o, const sluicei_shard *shards,
                         "(%lld tasks), partition %d failed%s; delete the queue and create it "
                         "again (sluice-ctl delete %s)\n", x->q, done, tasks, p,
                         p + 1 < P ? " and those after it have nothing" : "", x->q);
+                begun = 0;   /* the committed parts stay; the others are given up */
+                for (int k = p; k < P; k++)
+                    submit_abort(x, k, token);
             }
             goto out;
         }
-        tasks += r->integer;
-        freeReplyObject(r);
+        tasks += got;
     }
+    begun = 0;
     if (x->partitions)
         printf("submitted %lld tasks (%zu shards \xc3\x97 %" PRIu64 " epochs) to queue '%s' over %d "
                "partitions\n", tasks, n, o->epochs, x->q, P);
@@ -882,9 +955,18 @@ static int cmd_submit(ctl *x, const submit_opts *o, const sluicei_shard *shards,
         printf("submitted %lld tasks (%zu shards \xc3\x97 %" PRIu64 " epochs) to queue '%s'\n",
                tasks, n, o->epochs, x->q);
     rc = 0;
+    goto out;
+out_defs:
+    for (size_t i = 0; i < 2 * SUBMIT_CHUNK; i++)
+        free(defs[i]);
 out:
-    job_args_free(&j);
-    free(argv);
+    /* Nothing of a failed submit is visible; what it staged goes. */
+    for (int p = 0; p < begun; p++)
+        submit_abort(x, p, token);
+    free(perm);
+    free(pending);
+    free(npend);
+    free(defs);
     return rc;
 }
 
@@ -926,17 +1008,6 @@ static void qkey(char *out, const char *q, const char *fmt, ...)
     sluicei_key(out, q, name);
 }
 
-/* The value of an integer-like reply (integer, decimal string; else 0). */
-static long long num_of(const redisReply *r)
-{
-    if (!r)
-        return 0;
-    if (r->type == REDIS_REPLY_INTEGER)
-        return r->integer;
-    if (r->type == REDIS_REPLY_STRING)
-        return strtoll(r->str, NULL, 10);
-    return 0;
-}
 
 /* field's value in an HGETALL reply, or NULL. */
 static const char *hget(const redisReply *h, const char *field)
@@ -1113,6 +1184,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     in->lease_ms = hget(in->meta, "lease_ms") ? hnum(in->meta, "lease_ms") : 10000;
     HALL(stats, "stats");
     HALL(job, "job");
+    in->waiting = hnum(in->job, "twaiting");
     HALL(estats, "estats");
     HALL(edone, "edone");
     HALL(eof, "eof");
@@ -1125,7 +1197,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     COUNT(held, "HLEN", "dlv");
     COUNT(bytes, "GET", "bytes");
     COUNT(dead, "LLEN", "dead");
-    COUNT(waiting, "LLEN", "tasks");
+
     COUNT(claimed, "ZCARD", "tlease");
     COUNT(done, "HLEN", "tbatches");
     qkey(k, q, "failed");
@@ -1598,12 +1670,18 @@ static void print_job(const qinfo *in)
         return;
     }
     const char *seed = hget(j, "seed");
-    printf("job: %s\n", hget(j, "state") ? hget(j, "state") : "?");
+    const char *state = hget(j, "state") ? hget(j, "state") : "?";
+    if (strcmp(state, "finished") == 0 && in->failed->elements)
+        printf("job: finished with %zu failed task%s\n", in->failed->elements,
+               in->failed->elements == 1 ? "" : "s");
+    else
+        printf("job: %s\n", state);
     printf("epochs: %lld\n", in->epochs);
     printf("epoch_open: %lld\n", hnum(j, "epoch_open"));
     printf("batch_size: %lld\n", hnum(j, "batch_size"));
     printf("shuffle_seed: %s\n", seed && *seed ? seed : "none");
     printf("max_attempts: %lld\n", hnum(j, "max_attempts"));
+    printf("max_crashes: %lld\n", hget(j, "max_crashes") ? hnum(j, "max_crashes") : 20);
     printf("shards: %lld\n", hnum(j, "ntasks"));
     printf("tasks: %lld\n", hnum(j, "ntasks") * in->epochs);
     printf("tasks_waiting: %lld\n", in->waiting);
@@ -2019,17 +2097,22 @@ static int cmd_dead(ctl *x, const char *action)
         return 0;
     long long n = 0;
     for (int p = 0; p < nparts(x); p++) {
-        redisReply *r;
-        if (run_script(x, SLUICEI_SCRIPT_DEADADMIN, pname(x, p), 1, &action, &r)) {
-            if (p > 0)
-                fprintf(stderr, "sluice-ctl: queue '%s': %s %lld dead letter%s of partitions "
-                        "0..%d before that\n", x->q,
-                        strcmp(action, "requeue") == 0 ? "requeued" : "purged", n,
-                        n == 1 ? "" : "s", p - 1);
-            return EXIT_RUNTIME;
+        /* A share per call (deadadmin.lua), until none is left. */
+        for (long long left = 1; left > 0;) {
+            redisReply *r;
+            if (run_script(x, SLUICEI_SCRIPT_DEADADMIN, pname(x, p), 1, &action, &r)) {
+                fprintf(stderr, "sluice-ctl: queue '%s': %s %lld dead letter%s before that\n",
+                        x->q, strcmp(action, "requeue") == 0 ? "requeued" : "purged", n,
+                        n == 1 ? "" : "s");
+                return EXIT_RUNTIME;
+            }
+            left = 0;
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+                n += num_of(r->element[0]);
+                left = num_of(r->element[1]);
+            }
+            freeReplyObject(r);
         }
-        n += r->integer;
-        freeReplyObject(r);
     }
     printf("%s %lld dead letter%s\n", strcmp(action, "requeue") == 0 ? "requeued" : "purged", n,
            n == 1 ? "" : "s");
@@ -2040,11 +2123,9 @@ static int cmd_reap(ctl *x)
 {
     long long b = 0, t = 0;
     for (int p = 0; p < nparts(x); p++) {
-        char now[24];
-        snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us() / 1000u);
-        const char *argv[1] = {now};
         redisReply *r;
-        if (run_script(x, SLUICEI_SCRIPT_REAP, pname(x, p), 1, argv, &r))
+        /* Leases are judged on the server's clock, never this host's. */
+        if (run_script(x, SLUICEI_SCRIPT_REAP, pname(x, p), 0, NULL, &r))
             return EXIT_RUNTIME;
         b += r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? num_of(r->element[0]) : 0;
         t += r->type == REDIS_REPLY_ARRAY && r->elements >= 2 ? num_of(r->element[1]) : 0;
@@ -3158,10 +3239,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluice-ctl: %s\n", err);
     else if (strcmp(cmd, "create") == 0)
         rc = ctl_set_partitions(&x, (int)co.partitions) ? EXIT_RUNTIME : cmd_create(&x, &co);
+    else if (strcmp(cmd, "delete") == 0)
+        rc = delete_discover(&x) ? EXIT_RUNTIME : cmd_delete(&x);
     else if ((rc = ctl_discover(&x)) != 0)
         ;
-    else if (strcmp(cmd, "delete") == 0)
-        rc = cmd_delete(&x);
     else if (strcmp(cmd, "submit") == 0)
         rc = cmd_submit(&x, &so, shards, nshards);
     else if (strcmp(cmd, "dead") == 0)

@@ -11,7 +11,7 @@ const char *sluice_strerror(sluice_err e)
     case SLUICE_ERR_PROTOCOL: return "protocol error";
     case SLUICE_ERR_INVALID: return "invalid argument";
     case SLUICE_ERR_NOMEM: return "out of memory";
-    case SLUICE_ERR_AUTH: return "authentication failed";
+    case SLUICE_ERR_AUTH: return "authentication or permission refused";
     case SLUICE_ERR_NOQUEUE: return "no such queue";
     case SLUICE_ERR_EXISTS: return "queue exists already";
     case SLUICE_ERR_FULL: return "queue full";
@@ -19,6 +19,8 @@ const char *sluice_strerror(sluice_err e)
     case SLUICE_ERR_FORMAT: return "corrupt input";
     case SLUICE_ERR_REDIS: return "Redis error";
     case SLUICE_ERR_SYS: return "system error";
+    case SLUICE_ERR_PARTIAL: return "epoch ended without the records of failed tasks";
+    case SLUICE_ERR_BUSY: return "held by another consumer";
     }
     return "unknown error";
 }

@@ -117,6 +117,66 @@ int sluicei_batch_id_parse(const char *s, size_t len, sluice_batch_id *id)
     return 0;
 }
 
+/* A canonical decimal number of at most maxd digits and value <= max, at
+ * s[*i..len), ended by end (or the end of s when end is 0). */
+static int canon_num(const char *s, size_t len, size_t *i, size_t maxd, uint64_t max, char end)
+{
+    size_t from = *i;
+    uint64_t v = 0;
+    while (*i < len && s[*i] >= '0' && s[*i] <= '9') {
+        unsigned d = (unsigned)(s[*i] - '0');
+        if (*i - from >= maxd || v > (max - d) / 10)
+            return -1;
+        v = v * 10 + d;
+        (*i)++;
+    }
+    if (*i == from || (s[from] == '0' && *i - from > 1))
+        return -1;
+    return end ? (*i < len && s[*i] == end ? 0 : -1) : (*i == len ? 0 : -1);
+}
+
+int sluicei_rid_check(const char *s, size_t len, size_t *base, int *padding)
+{
+    size_t i = 0;
+    if (len > 64 || canon_num(s, len, &i, 10, UINT32_MAX, ':'))
+        return 0;
+    i++;
+    if (canon_num(s, len, &i, 20, UINT64_MAX, ':'))
+        return 0;
+    i++;
+    size_t at = i;
+    /* seq, then the end or ":pad<k>", k 1..999999 */
+    if (canon_num(s, len, &i, 8, SLUICEI_MAX_SEQ, 0) == 0) {
+        *base = len;
+        *padding = 0;
+        return 1;
+    }
+    i = at;
+    if (canon_num(s, len, &i, 8, SLUICEI_MAX_SEQ, ':'))
+        return 0;
+    *base = i;
+    i++;
+    if (len - i < 4 || memcmp(s + i, "pad", 3) != 0)
+        return 0;
+    i += 3;
+    if (s[i] == '0' || canon_num(s, len, &i, 6, 999999, 0))
+        return 0;
+    *padding = 1;
+    return 1;
+}
+
+int sluicei_marker_parse(const char *s, size_t len, uint32_t *e)
+{
+    size_t i = 4;
+    uint64_t v = 0;
+    if (len < 5 || memcmp(s, "eof:", 4) != 0 || canon_num(s, len, &i, 10, UINT32_MAX, 0))
+        return 0;
+    for (i = 4; i < len; i++)
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    *e = (uint32_t)v;
+    return 1;
+}
+
 sluice_err sluicei_script_load(sluicei_conn *c)
 {
     for (int i = 0; i < SLUICEI_SCRIPT_COUNT; i++) {
@@ -229,6 +289,9 @@ sluice_err sluicei_reply_error_code(const redisReply *r)
     };
     if (!r || r->type != REDIS_REPLY_ERROR)
         return SLUICE_OK;
+    /* A command of a script the user's ACL does not allow. */
+    if (strstr(r->str, "can't run this command"))
+        return SLUICE_ERR_AUTH;
     /* A script's error_reply arrives as "NOQUEUE ..." or, wrapped by the
      * script engine, "ERR ... NOQUEUE ..."; look for the code anywhere at a
      * word start. */

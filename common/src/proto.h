@@ -14,6 +14,17 @@
 #define SLUICE_MAX_KEY 256
 /* Longest batch id string: "4294967295:18446744073709551615:4294967295". */
 #define SLUICE_MAX_BATCH_ID 48
+/* Largest seq of a batch: its bit in an acknowledgement bitmap is the
+ * bitmap's size (lib.lua: valid_id). */
+#define SLUICEI_MAX_SEQ 16777215u
+/* The expiry next() gives the frame of a batch it hands to the
+ * application (PEXPIREAT, the year 9999: it never fires), which marks the
+ * batch as received (lib.lua: handed). */
+#define SLUICEI_HANDED_AT "253402300799000"
+/* The shortest consumer lease a queue may have (create.lua). */
+#define SLUICEI_MIN_LEASE_MS 1000
+/* The frame limit of a queue created without one. */
+#define SLUICEI_MAX_FRAME_DEFAULT ((uint64_t)64 << 20)
 
 /* The scripts, in the order of LUA_SCRIPTS in the Makefile (their sources
  * are common/lua/NAME.lua, embedded at build time). */
@@ -29,6 +40,7 @@ typedef enum sluicei_script_id {
     SLUICEI_SCRIPT_BEAT,
     SLUICEI_SCRIPT_DEAD,
     SLUICEI_SCRIPT_DEADADMIN,
+    SLUICEI_SCRIPT_RESTORE,
     SLUICEI_SCRIPT_SUBMIT,
     SLUICEI_SCRIPT_TASK_CLAIM,
     SLUICEI_SCRIPT_TASK_RENEW,
@@ -59,6 +71,13 @@ void sluicei_key(char *out, const char *q, const char *name);
 void sluicei_batch_id_str(char *out, sluice_batch_id id);
 /* Parses "epoch:task:seq"; returns 0 on success, -1 when malformed. */
 int sluicei_batch_id_parse(const char *s, size_t len, sluice_batch_id *id);
+/* Whether s[0..len) is a batch id as the queue's lists hold them, in
+ * canonical decimal with seq <= SLUICEI_MAX_SEQ, optionally followed by
+ * ":pad<k>" (a padding copy); *padding tells which, and *base the length
+ * of the batch id before it. Binary-safe: a NUL byte makes it invalid. */
+int sluicei_rid_check(const char *s, size_t len, size_t *base, int *padding);
+/* Whether s[0..len) is an end marker "eof:<e>"; sets *e. */
+int sluicei_marker_parse(const char *s, size_t len, uint32_t *e);
 
 /* The source text of a script (for docs and tests), and its name. */
 const char *sluicei_script_source(sluicei_script_id id);

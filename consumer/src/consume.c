@@ -17,6 +17,10 @@
 #define DEFAULT_URL "redis://127.0.0.1:6379"
 /* Longest single wait, so that SIGINT/SIGTERM are noticed promptly. */
 #define SLICE_MS 1000
+/* A wait this long says on stderr what it waits for. */
+#define WAIT_SAY_MS 5000
+/* Exit status when an epoch ended without the records of failed tasks. */
+#define EXIT_PARTIAL 3
 
 static volatile sig_atomic_t stop_requested;
 
@@ -59,6 +63,7 @@ static void usage(FILE *f)
         "                    counts the rows (leading dimension).\n"
         "  --epochs          with --summary, also one line at the end of each epoch:\n"
         "                      epoch=E records=R batches=B bytes=N checksum=X padding=P\n"
+        "                      failed_tasks=F\n"
         "  --print-ids       one line per batch: id <epoch>:<task>:<seq> deliveries=<d>\n"
         "                    padding=<0|1> (instead of the batch line; with --summary too),\n"
         "                    written line by line\n"
@@ -66,18 +71,20 @@ static void usage(FILE *f)
         "  --rank R --world N  read a coordinated queue as rank R of N\n"
         "  --at-most-once    acknowledge each batch as it is fetched: faster, but the\n"
         "                    batches a killed consumer holds are lost\n"
-        "  --max-batch-bytes B  frames larger than B bytes go to the dead letters\n"
-        "                    (default 64 MiB)\n"
-        "  --consumer-id ID  register under this id (default: a random one); a\n"
-        "                    restarted consumer with the same id takes over what the\n"
-        "                    old one held\n"
+        "  --max-batch-bytes B  the largest frame accepted (default: the queue's frame\n"
+        "                    limit, which producers keep to; a smaller B is refused)\n"
+        "  --consumer-id ID  register under this id (default: a random one). An id\n"
+        "                    (or a rank) a live consumer holds is refused; one whose\n"
+        "                    holder died is taken over once its lease ran out\n"
         "  --quiet           no closing statistics line on stderr\n"
         "  --help            this text\n"
         "\n"
         "Output (without --summary), one line per batch on stdout:\n"
         "  batch <epoch>:<task>:<seq> records=<n> bytes=<frame bytes> deliveries=<d>\n"
-        "and, in a job, 'eof epoch=<e>' at the end of each epoch and 'finished' at\n"
-        "the end of the job. At the end, unless --quiet, on stderr:\n"
+        "and, in a job, 'eof epoch=<e>' at the end of each epoch ('eof epoch=<e>\n"
+        "partial' when tasks of it failed: their records never came) and 'finished'\n"
+        "at the end of the job. A wait of 5 s or more says on stderr what it waits\n"
+        "for (no job, no producer alive...). At the end, unless --quiet, on stderr:\n"
         "  consumed B batches, R records, X MB in T s (Y MB/s), waited Z s\n"
         "where MB counts frame bytes (10^6 bytes) and waited is the time spent\n"
         "waiting for batches. Invalid frames go to the dead-letter list; each one\n"
@@ -90,7 +97,9 @@ static void usage(FILE *f)
         "\n"
         "Exit status: 0 success (the job finished, --count reached, --timeout-ms\n"
         "ended the run or a signal stopped it), 1 runtime error (Redis unreachable,\n"
-        "no such queue...), 2 bad usage.\n");
+        "no such queue, the consumer id or rank held by a live consumer...), 2 bad\n"
+        "usage, 3 the job finished but an epoch lost records to failed tasks (each\n"
+        "such end is told on stderr: which tasks failed and why).\n");
 }
 
 static int bad_usage(const char *fmt, const char *arg)
@@ -146,12 +155,14 @@ static void account(struct totals *t, const sluice_batch *b)
     }
 }
 
-static void print_totals(const char *prefix, const struct totals *t, int with_padding)
+/* One summary line; an epoch's (with_epoch) adds padding and failed_tasks. */
+static void print_totals(const char *prefix, const struct totals *t, int with_epoch,
+                         uint32_t failed_tasks)
 {
     printf("%srecords=%" PRIu64 " batches=%" PRIu64 " bytes=%" PRIu64 " checksum=%016" PRIx64,
            prefix, t->records, t->batches, t->payload, t->checksum);
-    if (with_padding)
-        printf(" padding=%" PRIu64, t->padding);
+    if (with_epoch)
+        printf(" padding=%" PRIu64 " failed_tasks=%" PRIu32, t->padding, failed_tasks);
     printf("\n");
 }
 
@@ -274,13 +285,16 @@ int main(int argc, char **argv)
 
     struct totals tot = {0, 0, 0, 0, 0}, ep_tot = {0, 0, 0, 0, 0};
     uint64_t invalid_seen = 0, ended_seen = 0;
-    int status = 0;
+    int status = 0, partial = 0;
+    char said[600] = "";
+    int64_t said_at = 0;
     while (!stop_requested && (count < 0 || (long long)tot.batches < count)) {
         uint32_t epoch = sluice_consumer_epoch(c);
         /* Waits in slices so that a signal is noticed within a second; with
          * --timeout-ms the slices add up to T since the last batch. */
         double wait_start = now_s();
         sluice_batch *b = NULL;
+        int skipped = 0;
         for (;;) {
             int slice = SLICE_MS;
             if (timeout_ms >= 0) {
@@ -291,25 +305,37 @@ int main(int argc, char **argv)
                     slice = (int)left;
             }
             e = sluice_consumer_next(c, &b, slice);
+            /* Each call's errstr is its own: dead letters are told now. */
+            sluice_consumer_stats st;
+            sluice_consumer_stats_get(c, &st);
+            if (st.invalid > invalid_seen) {
+                uint64_t k = st.invalid - invalid_seen;
+                if (k == 1)
+                    fprintf(stderr, PROG ": an invalid batch went to the dead letters: %s\n",
+                            sluice_consumer_errstr(c));
+                else
+                    fprintf(stderr, PROG ": %" PRIu64 " invalid batches went to the dead "
+                            "letters (the last: %s)\n", k, sluice_consumer_errstr(c));
+                invalid_seen = st.invalid;
+                skipped = 1;
+            }
             if (e != SLUICE_ERR_TIMEOUT || stop_requested)
                 break;
+            /* A wait of a few seconds says what it waits for, once per
+             * reason and then once a minute. */
+            char why[600];
+            int64_t waited = sluice_consumer_wait_status(c, why, sizeof why);
+            if (!quiet && waited >= WAIT_SAY_MS && why[0] &&
+                (strcmp(why, said) != 0 || waited - said_at >= 60000)) {
+                fprintf(stderr, PROG ": waited %.0f s: %s\n", (double)waited / 1000.0, why);
+                snprintf(said, sizeof said, "%s", why);
+                said_at = waited;
+            }
             if (timeout_ms >= 0 && (now_s() - wait_start) * 1000.0 >= (double)timeout_ms)
                 break;
         }
         sluice_consumer_stats st;
         sluice_consumer_stats_get(c, &st);
-        int skipped = st.invalid > invalid_seen;
-        if (skipped) {
-            uint64_t k = st.invalid - invalid_seen;
-            if (k == 1)
-                fprintf(stderr, PROG ": an invalid batch went to the dead letters: %s\n",
-                        sluice_consumer_errstr(c));
-            else
-                fprintf(stderr,
-                        PROG ": %" PRIu64 " invalid batches went to the dead letters (the last: %s)\n",
-                        k, sluice_consumer_errstr(c));
-            invalid_seen = st.invalid;
-        }
         if (e == SLUICE_ERR_TIMEOUT && !stop_requested && !skipped &&
             *sluice_consumer_errstr(c)) {
             /* errstr on a timeout that skipped nothing: Redis is unreachable,
@@ -321,17 +347,26 @@ int main(int argc, char **argv)
         }
         if (e == SLUICE_ERR_TIMEOUT)
             break;   /* a signal, or no batch within --timeout-ms: the normal end */
+        if (e == SLUICE_ERR_PARTIAL) {
+            /* The epoch ended, without the records of its failed tasks. */
+            fprintf(stderr, PROG ": %s\n", sluice_consumer_errstr(c));
+            partial = 1;
+            e = SLUICE_EOF;
+        }
         if (e == SLUICE_EOF) {
             int finished = sluice_consumer_finished(c);
             /* A consumer opened after the job ended sees no epoch end. */
             if (st.epochs_ended > ended_seen) {
                 ended_seen = st.epochs_ended;
+                sluice_epoch_report rep;
+                sluice_consumer_epoch_report(c, &rep);
                 if (summary && epochs) {
                     char prefix[32];
                     snprintf(prefix, sizeof prefix, "epoch=%" PRIu32 " ", epoch);
-                    print_totals(prefix, &ep_tot, 1);
+                    print_totals(prefix, &ep_tot, 1, rep.failed_tasks);
                 } else if (!summary) {
-                    printf("eof epoch=%" PRIu32 "\n", epoch);
+                    printf("eof epoch=%" PRIu32 "%s\n", epoch,
+                           rep.failed_tasks ? " partial" : "");
                 }
                 memset(&ep_tot, 0, sizeof ep_tot);
             }
@@ -373,7 +408,7 @@ int main(int argc, char **argv)
     sluice_consumer_stats_get(c, &st);
     sluice_consumer_close(c);
     if (summary)
-        print_totals("", &tot, 0);
+        print_totals("", &tot, 0, 0);
     if (status == 0 && fflush(stdout) != 0) {
         fprintf(stderr, PROG ": writing to stdout: %s\n", strerror(errno));
         status = 1;
@@ -392,5 +427,7 @@ int main(int argc, char **argv)
                     ", padding %" PRIu64 ", reconnects %" PRIu64 "\n",
                     st.redelivered, st.duplicates, st.invalid, st.padding, st.reconnects);
     }
+    if (status == 0 && partial)
+        status = EXIT_PARTIAL;
     return status;
 }

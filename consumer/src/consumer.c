@@ -9,16 +9,38 @@
  * hands batches, end-of-epoch marks and errors back under the mutex and
  * signals a condition variable.
  *
- * Two connections, so that a blocking read never delays an ack:
- *   data  take, BLMOVE, claim, GET, dead, requeue: one operation at a time,
- *         pipelined within it (take, then the GETs of what it moved, and
- *         at most once their acks right behind).
+ * Three connections, so that a blocking read never delays an ack:
+ *   data  take, BLMOVE, claim, GET, dead, requeue, restore: one operation
+ *         at a time, pipelined within it (take, then the GETs of what it
+ *         moved, and at most once their acks right behind).
  *   ctl   acks, heartbeats (beat), reaping (reap), CLIENT UNBLOCK at close.
+ *   hand  written by next() itself, never read: CLIENT REPLY OFF, then one
+ *         PEXPIREAT b:<id> per batch handed to the application (the mark
+ *         of lib.lua: handed), so that Redis knows what the application
+ *         received before it has it, at the cost of one write and no round
+ *         trip. A kill -9 right after loses nothing of it: the kernel
+ *         sends what was written. The socket is the loop's (it connects and
+ *         closes it); next() writes to it only under the mutex, while
+ *         hand_fd says it is up.
  * Acks go in batches: one ack script call for every batch released since
  * the last (up to ACK_BATCH_MAX).
- * Both are set up together (AUTH, SELECT, SCRIPT LOAD) and dropped
- * together: a failure of either ends the "session", and the next one
- * starts after an exponential backoff with jitter.
+ * All three are set up together (AUTH, SELECT, SCRIPT LOAD) and dropped
+ * together: a failure of any ends the "session", and the next one starts
+ * after an exponential backoff with jitter. A new session first restores
+ * (restore script) what the application holds and what it acknowledged in
+ * the last seconds, in case Redis lost its last writes, then reads its
+ * pending list again.
+ *
+ * Leases run on the server's clock: every take, claim and beat renews
+ * this consumer's registration (lib.lua: enter), and the loop notes when
+ * it sent the last renewal that Redis confirmed. The lease then runs at
+ * least until that moment plus the lease (the server renewed it later),
+ * whatever the clocks of this host say; lease_until is 3/4 of that, the
+ * point up to which next() hands out prefetched batches and the loop
+ * starts a BLMOVE (which may block block_ms). A consumer that was silent
+ * for longer (frozen, starved) learns from Redis that it lost the lease
+ * (LEASELOST): it drops its prefetched batches, which went back to the
+ * queue, and starts a new session.
  *
  * Where a batch is, from the consumer's point of view:
  *   ready (Redis) -> pending:<cid> (Redis) and then, locally, one of
@@ -83,6 +105,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,9 +115,9 @@
 /* Room for a batch id, ":pad<k>" and the NUL; longer ids in a queue are
  * not sluice's and go to the dead letters as they are. */
 #define RID_MAX 72
-/* Server-side timeout of one BLMOVE ("1" second). */
+/* Longest server-side timeout of one BLMOVE: a quarter of the lease at
+ * most (see lease_until). */
 #define BLOCK_MS 1000
-#define BLOCK_ARG "1"
 /* hiredis async has no command timeouts: a connection whose oldest
  * outstanding command got no reply for this long (plus BLOCK_MS for a
  * BLMOVE) is taken for dead, dropped and reconnected. */
@@ -120,10 +143,16 @@
 #define ACK_WAKE_MAX 64
 /* Batches acknowledged by one ack script call. */
 #define ACK_BATCH_MAX 128
+/* Acknowledgements remembered for restore after a reconnect: those of the
+ * last RESTORE_MS (Redis with appendfsync everysec loses about its last
+ * second), at most ACKED_RING, sent RESTORE_CHUNK at a time. */
+#define RESTORE_MS 5000
+#define ACKED_RING 4096
+#define RESTORE_CHUNK 256
 
-enum { CONN_DATA = 0, CONN_CTL = 1 };
+enum { CONN_DATA = 0, CONN_CTL = 1, CONN_HAND = 2, NCONN = 3 };
 enum { ST_DOWN = 0, ST_CONNECTING, ST_READY };
-enum { OP_NONE = 0, OP_TAKE, OP_BLMOVE, OP_RECOVER, OP_RESYNC };
+enum { OP_NONE = 0, OP_TAKE, OP_BLMOVE, OP_RECOVER, OP_RESYNC, OP_RESTORE };
 
 /* What a reply answers. */
 enum req_kind {
@@ -134,6 +163,12 @@ enum req_kind {
     R_CLAIM,
     R_FRAME,      /* GET b:<id> */
     R_JOB,        /* HMGET job epochs epoch_open, after a marker */
+    R_EFAILED,    /* HGET estats <e>:failed_tasks, after a marker */
+    R_FAILED,     /* LRANGE failed: which tasks failed */
+    R_TERR,       /* HMGET terr: their errors */
+    R_RESTORE,    /* restore script, at the start of a session */
+    R_MARK,       /* PEXPIREAT of a duplicate the application holds */
+    R_PROBE,      /* PEXPIREAT on the hand connection before REPLY OFF */
     R_RESYNC,     /* LRANGE pending */
     R_ACK,        /* released batches */
     R_ACK_QUIET,  /* at-most-once acks and duplicates: nobody waits for them */
@@ -158,8 +193,14 @@ typedef struct idbuf {
 /* An id fetched by the current data operation. */
 typedef struct item {
     char rid[RID_MAX];
-    long long dlv;
+    long long dlv;     /* -1: claim sent it to the dead letters: its GET is ignored */
 } item;
+
+/* An acknowledgement Redis confirmed, remembered for restore. */
+typedef struct acked_id {
+    char rid[RID_MAX];
+    int64_t ms;        /* monotonic */
+} acked_id;
 
 /* Open-addressing set of 64-bit id hashes (0 marks a free slot). */
 typedef struct idset {
@@ -170,6 +211,7 @@ typedef struct idset {
 typedef struct req {
     struct sluice_consumer *c;
     uint64_t gen;      /* session it belongs to; stale replies are ignored */
+    int64_t sent_ms;   /* monotonic: a renewal's lease runs from here */
     int kind, conn;
     int in_op;         /* part of the current data operation */
     int item;          /* R_CLAIM, R_FRAME: index into c->items; -1: none */
@@ -189,8 +231,10 @@ struct sluice_consumer {
     char rank_s[16];           /* "" for a free consumer */
     int world, rank;
     sluice_ack_mode ack_mode;
+    int accept_partial;
     int prefetch;
     size_t max_batch_bytes;
+    char tok[17];              /* this process's registration token (lib.lua: enter) */
     int connect_timeout_ms, reconnect_timeout_ms;
     int64_t lease_ms;
     char *route_addr;          /* cluster or list address the node is found from; NULL:
@@ -229,12 +273,23 @@ struct sluice_consumer {
     int64_t down_since_ms;     /* 0 while a session is up */
     char down_why[512];
     sluice_consumer_stats st;
+    int hand_fd;               /* the hand connection's socket while it is up, else -1 */
+    int64_t lease_until;       /* monotonic ms up to which the lease surely runs (3/4) */
+    int want_lease;            /* next() waits for a renewal (lease_until passed) */
+    int hand_broken;           /* a write to the hand socket failed: a new session */
+    int64_t wait_since;        /* monotonic ms since next() waits without a batch; 0 */
+    char job_state[12];        /* from the last beat: "none", "running", "finished" */
+    int producers_alive;       /* from the last beat; -1 before it */
+    uint32_t mk_failed;        /* at the marker: failed tasks of the loop's epoch */
+    char mk_desc[512];         /* which ("e:s (error); ...") */
+    sluice_epoch_report report;   /* top: of the last epoch next() ended */
 
     /* ---- API thread only ---- */
     char errstr[512];
     uint64_t note_seen;
     int thread_started;
     pthread_t thread;
+    char hand_cmd[SLUICE_MAX_KEY + 128];   /* the PEXPIREAT next() writes */
 
     /* ---- loop thread only (after open) ---- */
     sluicei_url url;           /* of the node serving the queue */
@@ -246,14 +301,24 @@ struct sluice_consumer {
     struct event *wake_ev, *tick_ev, *retry_ev, *oom_ev, *notify_ev;
     int notify_armed;          /* notify_ev is active: batches await a signal */
     int wake_fd;
-    redisAsyncContext *ac[2];
+    redisAsyncContext *ac[NCONN];
+    int registered;            /* enter() knows this process (fresh '0' from now on) */
+    int block_ms;              /* BLMOVE timeout: min(BLOCK_MS, lease / 4) */
+    char block_arg[16];
+    acked_id *ring;            /* acknowledgements confirmed, for restore */
+    size_t ring_head, ring_len;
+    int need_restore;          /* the session started after a lost one */
+    size_t restore_at;         /* restore: pairs sent so far */
+    uint32_t mk_epoch;         /* the marker being read (R_JOB, R_EFAILED...) */
+    int mk_last;               /* it ends the job's last epoch */
+    uint32_t mk_nfailed;       /* tasks of its epoch that failed */
     uint64_t gen;
     int state, ever_ready;
     int64_t conn_started_ms;
     int setup_left;
     long long data_client_id;
-    int pend[2];               /* commands without a reply, per connection */
-    int64_t prog_ms[2];        /* last reply (or first send after idle) */
+    int pend[NCONN];           /* commands without a reply, per connection */
+    int64_t prog_ms[NCONN];    /* last reply (or first send after idle) */
     int blocking;              /* a BLMOVE is outstanding */
     int op, op_left;
     item *items;               /* prefetch entries */
@@ -304,10 +369,6 @@ static uint64_t mono_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static int64_t wall_ms(void)
-{
-    return (int64_t)(sluicei_wall_us() / 1000);
-}
 
 static int starts_with(const char *s, size_t len, const char *prefix)
 {
@@ -341,48 +402,15 @@ static void copy_id(char *dst, const char *s, size_t len)
     dst[len] = '\0';
 }
 
-/* The marker "eof:<e>": returns 1 and sets *e when s is one. */
-static int is_marker(const char *s, size_t len, uint32_t *e)
-{
-    if (!starts_with(s, len, "eof:") || len == 4 || len > 14)
-        return 0;
-    uint64_t v = 0;
-    for (size_t i = 4; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return 0;
-        v = v * 10 + (uint64_t)(s[i] - '0');
-    }
-    if (v > UINT32_MAX)
-        return 0;
-    *e = (uint32_t)v;
-    return 1;
-}
-
-/* Length of the batch id in a Redis id: a padding copy is "<id>:pad<k>". */
-static size_t base_len(const char *rid, int *padding)
-{
-    size_t n = strlen(rid);
-    const char *p = strstr(rid, ":pad");
-    *padding = 0;
-    if (p && p[4] != '\0') {
-        size_t i = (size_t)(p - rid) + 4;
-        while (i < n && rid[i] >= '0' && rid[i] <= '9')
-            i++;
-        if (i == n) {
-            *padding = 1;
-            return (size_t)(p - rid);
-        }
-    }
-    return n;
-}
-
 /* The ack script's epoch, task and seq for a Redis id; -1 when its batch
  * id is malformed. */
 static int ack_fields(const char *rid, char ep[16], char tk[24], char sq[16])
 {
     int pad;
+    size_t base;
     sluice_batch_id id;
-    if (sluicei_batch_id_parse(rid, base_len(rid, &pad), &id) != 0)
+    if (!sluicei_rid_check(rid, strlen(rid), &base, &pad) ||
+        sluicei_batch_id_parse(rid, base, &id) != 0)
         return -1;
     snprintf(ep, 16, "%" PRIu32, id.epoch);
     snprintf(tk, 24, "%" PRIu64, id.task);
@@ -551,13 +579,17 @@ static void session_fail(sluice_consumer *c, const char *fmt, ...)
 
     c->gen++;
     c->state = ST_DOWN;
-    for (int i = 0; i < 2; i++) {
+    /* next() stops writing to the hand socket before it is closed. */
+    mu_lock(c);
+    c->hand_fd = -1;
+    mu_unlock(c);
+    for (int i = 0; i < NCONN; i++) {
         redisAsyncContext *ac = c->ac[i];
         c->ac[i] = NULL;
+        c->pend[i] = 0;
         if (ac)
             redisAsyncFree(ac);
     }
-    c->pend[0] = c->pend[1] = 0;
     c->blocking = 0;
     c->op = OP_NONE;
     c->op_left = 0;
@@ -590,7 +622,7 @@ static void session_fail(sluice_consumer *c, const char *fmt, ...)
 
 static redisAsyncContext *conn_of(sluice_consumer *c, const redisAsyncContext *ac, int *which)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NCONN; i++)
         if (c->ac[i] == ac) {
             *which = i;
             return c->ac[i];
@@ -703,6 +735,7 @@ static int send_argv(sluice_consumer *c, int conn, req *q, int in_op, int argc, 
     }
     q->c = c;
     q->gen = c->gen;
+    q->sent_ms = sluicei_now_ms();
     q->conn = conn;
     q->in_op = in_op;
     if (redisAsyncCommandArgv(ac, on_reply, q, argc, argv, lens) != REDIS_OK) {
@@ -803,28 +836,24 @@ static int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const ch
  * the current data operation) and counts it. */
 static int send_dead(sluice_consumer *c, const char *rid, size_t len, const char *reason)
 {
-    char now[24], idq[RID_MAX];
-    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    char idq[SLUICEI_QUOTE_MAX + 8];
     sluice_consumer *t = c->top;
+    /* The id may be any bytes: quoted printably here, sent as it is. */
+    sluicei_quote(idq, sizeof idq, rid, len);
     mu_lock(c);
     c->st.invalid++;
-    copy_id(idq, rid, len < RID_MAX - 1 ? len : RID_MAX - 1);
     if (t == c)
-        snprintf(t->note, sizeof t->note, "batch %.64s%s: %s", idq,
-                 len >= RID_MAX - 1 ? "..." : "", reason);
+        snprintf(t->note, sizeof t->note, "batch %s: %s", idq, reason);
     else   /* a partition's: its dead letters are that queue's */
-        snprintf(t->note, sizeof t->note, "batch %.64s%s of %s: %s", idq,
-                 len >= RID_MAX - 1 ? "..." : "", c->queue, reason);
+        snprintf(t->note, sizeof t->note, "batch %s of %s: %s", idq, c->queue, reason);
     t->note_seq++;
     mu_unlock(c);
-    const char *argv[4] = {c->id, rid, reason, now};
-    size_t lens[4 + 4];
-    const char *av[8] = {"EVALSHA", c->sha[SLUICEI_SCRIPT_DEAD], "1", c->k_meta,
-                         argv[0], argv[1], argv[2], argv[3]};
-    for (int i = 0; i < 8; i++)
-        lens[i] = strlen(av[i]);
-    lens[5] = len;   /* the id may be any bytes */
-    return send_argv(c, CONN_DATA, new_req(R_DEAD, -1), 1, 8, av, lens);
+    const char *av[7] = {"EVALSHA", c->sha[SLUICEI_SCRIPT_DEAD], "1", c->k_meta, c->id, rid,
+                         reason};
+    size_t lens[7];
+    for (int i = 0; i < 7; i++)
+        lens[i] = i == 5 ? len : strlen(av[i]);
+    return send_argv(c, CONN_DATA, new_req(R_DEAD, -1), 1, 7, av, lens);
 }
 
 /* A setup command; script is the script a SCRIPT LOAD loads (else -1). */
@@ -841,8 +870,8 @@ static void send_setup(sluice_consumer *c, int conn, int argc, const char **argv
 }
 
 static const sluicei_script_id used_scripts[] = {
-    SLUICEI_SCRIPT_TAKE,    SLUICEI_SCRIPT_CLAIM, SLUICEI_SCRIPT_ACK,  SLUICEI_SCRIPT_REQUEUE,
-    SLUICEI_SCRIPT_REAP,    SLUICEI_SCRIPT_BEAT,  SLUICEI_SCRIPT_DEAD,
+    SLUICEI_SCRIPT_TAKE, SLUICEI_SCRIPT_CLAIM, SLUICEI_SCRIPT_ACK,  SLUICEI_SCRIPT_REQUEUE,
+    SLUICEI_SCRIPT_REAP, SLUICEI_SCRIPT_BEAT,  SLUICEI_SCRIPT_DEAD, SLUICEI_SCRIPT_RESTORE,
 };
 
 /* Points url at the node that serves the queue now, from a slot map read
@@ -880,9 +909,12 @@ static int resolve_node(sluice_consumer *c)
     return 0;
 }
 
-/* Starts a session: two non-blocking connects, and the setup commands
+/* Starts a session: three non-blocking connects, and the setup commands
  * queued behind them (hiredis sends them once connected). Scripts are
- * loaded again every time: a restarted server has none. */
+ * loaded again every time: a restarted server has none. The hand
+ * connection proves it may set the mark (a PEXPIREAT of a key that does
+ * not exist) and then turns its replies off: from then on next() writes
+ * to it and nobody reads. */
 static void session_start(sluice_consumer *c)
 {
     c->gen++;
@@ -895,7 +927,7 @@ static void session_start(sluice_consumer *c)
      * known node is tried instead. */
     if (c->resolve && !c->close_deadline_ms && resolve_node(c) != 0)
         return;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NCONN; i++) {
         redisAsyncContext *ac = c->url.unix_path ? redisAsyncConnectUnix(c->url.unix_path)
                                                  : redisAsyncConnect(c->url.host, c->url.port);
         if (!ac) {
@@ -919,7 +951,7 @@ static void session_start(sluice_consumer *c)
         redisAsyncSetDisconnectCallback(ac, on_disconnect);
     }
     uint64_t gen = c->gen;
-    for (int i = 0; i < 2 && gen == c->gen; i++) {
+    for (int i = 0; i < NCONN && gen == c->gen; i++) {
         if (c->url.password) {
             const char *a3[3] = {"AUTH", c->url.user, c->url.password};
             const char *a2[2] = {"AUTH", c->url.password};
@@ -940,6 +972,15 @@ static void session_start(sluice_consumer *c)
         const char *av[3] = {"SCRIPT", "LOAD", sluicei_script_source(used_scripts[i])};
         send_setup(c, CONN_CTL, 3, av, "SCRIPT LOAD", (int)used_scripts[i]);
     }
+    if (gen == c->gen && c->ack_mode == SLUICE_ACK_EXPLICIT) {
+        char probe[SLUICE_MAX_KEY + 2];
+        snprintf(probe, sizeof probe, "%s-", c->k_frame);   /* never a batch's */
+        const char *av[3] = {"PEXPIREAT", probe, SLUICEI_HANDED_AT};
+        send_setup(c, CONN_HAND, 3, av, "PEXPIREAT", -1);
+        if (gen == c->gen &&
+            redisAsyncCommand(c->ac[CONN_HAND], NULL, NULL, "CLIENT REPLY OFF") != REDIS_OK)
+            session_fail(c, "redis %s: CLIENT REPLY OFF: out of memory", c->addr);
+    }
 }
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -959,34 +1000,27 @@ static void send_beat(sluice_consumer *c)
     st = c->st;
     ep = c->epoch;
     mu_unlock(c);
-    char now[24], v[11][24];
+    char v[11][24];
     const char *names[11] = {"batches", "records",    "bytes",      "redelivered",
                              "duplicates", "padding", "invalid",    "reconnects",
                              "blocked_us", "epochs_ended", "epoch"};
     uint64_t vals[11] = {st.batches,    st.records, st.bytes,      st.redelivered,
                          st.duplicates, st.padding, st.invalid,    st.reconnects,
                          st.blocked_us, st.epochs_ended, ep};
-    const char *argv[4 + 22];
-    snprintf(now, sizeof now, "%" PRId64, wall_ms());
-    argv[0] = "consumer";
-    argv[1] = c->id;
-    argv[2] = now;
-    argv[3] = c->rank_s;
+    const char *argv[5 + 22] = {"consumer", c->id, c->tok, c->registered ? "0" : "1",
+                                c->rank_s};
     for (int i = 0; i < 11; i++) {
         snprintf(v[i], sizeof v[i], "%" PRIu64, vals[i]);
-        argv[4 + 2 * i] = names[i];
-        argv[5 + 2 * i] = v[i];
+        argv[5 + 2 * i] = names[i];
+        argv[6 + 2 * i] = v[i];
     }
-    if (send_script(c, CONN_CTL, new_req(R_BEAT, -1), 0, SLUICEI_SCRIPT_BEAT, 26, argv) == 0)
+    if (send_script(c, CONN_CTL, new_req(R_BEAT, -1), 0, SLUICEI_SCRIPT_BEAT, 27, argv) == 0)
         c->beat_inflight = 1;
 }
 
 static void send_reap(sluice_consumer *c)
 {
-    char now[24];
-    snprintf(now, sizeof now, "%" PRId64, wall_ms());
-    const char *argv[1] = {now};
-    if (send_script(c, CONN_CTL, new_req(R_REAP, -1), 0, SLUICEI_SCRIPT_REAP, 1, argv) == 0)
+    if (send_script(c, CONN_CTL, new_req(R_REAP, -1), 0, SLUICEI_SCRIPT_REAP, 0, NULL) == 0)
         c->reap_inflight = 1;
 }
 
@@ -997,6 +1031,22 @@ static int64_t reap_period(sluice_consumer *c)
     c->rng ^= c->rng >> 7;
     c->rng ^= c->rng << 17;
     return half * 3 / 4 + (int64_t)(c->rng % (uint64_t)(half / 2 + 1));
+}
+
+/* Publishes the hand connection's socket to next(), once hiredis has
+ * written everything it queued there (CLIENT REPLY OFF the last): from
+ * then on only next() writes to it. */
+static void publish_hand(sluice_consumer *c)
+{
+    redisAsyncContext *ac = c->ac[CONN_HAND];
+    if (c->state != ST_READY || !ac || sdslen(ac->c.obuf) > 0)
+        return;
+    mu_lock(c);
+    if (c->hand_fd < 0) {
+        c->hand_fd = ac->c.fd;
+        cv_broadcast(c);
+    }
+    mu_unlock(c);
 }
 
 static void session_ready(sluice_consumer *c)
@@ -1012,8 +1062,12 @@ static void session_ready(sluice_consumer *c)
     cv_broadcast(c);
     mu_unlock(c);
     c->ever_ready = 1;
+    c->need_restore = !closing && c->ack_mode == SLUICE_ACK_EXPLICIT;
+    c->restore_at = 0;
     c->need_resync = !closing;
     c->list_empty = 0;
+    if (c->ack_mode == SLUICE_ACK_EXPLICIT)
+        publish_hand(c);
     /* Acks whose confirmation was lost are sent again (they are idempotent). */
     if (c->nunconf &&
         send_acks(c, CONN_CTL, R_ACK, 0, c->unconf[0].s, sizeof *c->unconf, c->nunconf) != 0)
@@ -1034,8 +1088,11 @@ static void handle_setup(sluice_consumer *c, req *q, redisReply *r)
         const char *m = r->str;
         if (sluicei_cluster_retryable(m, r->len)) {
             ;   /* a node in a passing state (LOADING, CLUSTERDOWN...) */
+        } else if (starts_with(m, r->len, "NOPERM")) {
+            set_fatal(c, SLUICE_ERR_AUTH, "redis %s: permission refused: %s: %s", c->addr, q->id,
+                      m);
         } else if (strcmp(q->id, "AUTH") == 0 || starts_with(m, r->len, "NOAUTH") ||
-                   starts_with(m, r->len, "WRONGPASS") || starts_with(m, r->len, "NOPERM")) {
+                   starts_with(m, r->len, "WRONGPASS")) {
             set_fatal(c, SLUICE_ERR_AUTH, "redis %s: authentication failed: %s", c->addr, m);
         } else if (strcmp(q->id, "SELECT") == 0 && !starts_with(m, r->len, "LOADING")) {
             set_fatal(c, SLUICE_ERR_INVALID, "redis %s: SELECT: %s", c->addr, m);
@@ -1054,13 +1111,65 @@ static void handle_setup(sluice_consumer *c, req *q, redisReply *r)
         session_ready(c);
 }
 
-/* Errors every script call shares: lost scripts, a deleted queue. Returns
- * 1 when r was one of them (and was dealt with). */
+/* Redis says this consumer lost its lease (LEASELOST): the batches it
+ * held went back to the queue. Drops what it prefetched (next() would
+ * hand out batches that are others' now) and starts a new session, which
+ * registers afresh and reads what its pending list holds. */
+static void lease_lost(sluice_consumer *c, const char *msg)
+{
+    sluice_consumer *t = c->top;
+    mu_lock(c);
+    while (c->fifo_len > 0) {
+        sluice_batch_free(c->fifo[c->fifo_head].b);
+        c->fifo_head = (c->fifo_head + 1) % c->prefetch;
+        c->fifo_len--;
+    }
+    c->lease_until = 0;
+    snprintf(t->note, sizeof t->note, "%s", msg);
+    t->note_seq++;
+    mu_unlock(c);
+    c->registered = 0;
+    session_fail(c, "%s", msg);
+}
+
+/* A renewal sent at sent_ms was confirmed: the lease runs at least until
+ * sent_ms + lease on this host's monotonic clock (Redis renewed it later);
+ * next() and BLMOVE rely on 3/4 of it. */
+static void lease_renewed(sluice_consumer *c, int64_t sent_ms)
+{
+    int64_t until = sent_ms + c->lease_ms * 3 / 4;
+    c->registered = 1;
+    mu_lock(c);
+    if (until > c->lease_until)
+        c->lease_until = until;
+    if (c->want_lease) {
+        c->want_lease = 0;
+        cv_broadcast(c);
+    }
+    mu_unlock(c);
+}
+
+/* Errors every script call shares: lost scripts, a deleted queue, a lost
+ * lease, a refused permission. Returns 1 when r was one of them (and was
+ * dealt with). */
 static int script_error(sluice_consumer *c, const char *what, redisReply *r)
 {
     if (r->type != REDIS_REPLY_ERROR)
         return 0;
-    if (sluicei_cluster_retryable(r->str, r->len)) {
+    if (is_err(r, "LEASELOST ")) {
+        lease_lost(c, r->str + 10);
+    } else if (is_err(r, "HELD ")) {
+        /* "HELD <holder> <seen_ms> <text>": another process took this id. */
+        const char *text = r->str + 5;
+        for (int k = 0; k < 2 && strchr(text, ' '); k++)
+            text = strchr(text, ' ') + 1;
+        set_fatal(c, SLUICE_ERR_BUSY, "%s", text);
+        session_fail(c, "%s", text);
+    } else if (sluicei_reply_error_code(r) == SLUICE_ERR_AUTH) {
+        set_fatal(c, SLUICE_ERR_AUTH, "redis %s: permission refused: %s: %s", c->addr, what,
+                  r->str);
+        session_fail(c, "redis %s: %s: %s", c->addr, what, r->str);
+    } else if (sluicei_cluster_retryable(r->str, r->len)) {
         /* The queue's slot is elsewhere or moving: the next session finds
          * its node again and sends the same call (scripts write nothing
          * before such an error). */
@@ -1151,24 +1260,62 @@ static int send_wait(sluice_consumer *c)
     return send_argv(c, CONN_DATA, new_req(R_WAIT, -1), 1, 3, av, NULL);
 }
 
-/* The marker of the loop's epoch was reached: stop fetching and read the
- * job's epoch count (behind the GETs of the batches before the marker). */
+/* The marker of the loop's epoch was reached: stop fetching and read,
+ * behind the GETs of the batches before the marker, what the end says:
+ * the job's number of epochs, and how many tasks of the epoch failed
+ * (then which: publish_marker() once known). */
 static int reached_marker(sluice_consumer *c)
 {
+    char field[32];
     c->stopped_at_marker = 1;
+    c->mk_epoch = c->loop_epoch;
+    snprintf(field, sizeof field, "%" PRIu32 ":failed_tasks", c->loop_epoch);
+    char k_estats[SLUICE_MAX_KEY];
+    sluicei_key(k_estats, c->queue, "estats");
     const char *av[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
-    return send_argv(c, CONN_DATA, new_req(R_JOB, -1), 1, 4, av, NULL);
+    const char *ef[3] = {"HGET", k_estats, field};
+    if (send_argv(c, CONN_DATA, new_req(R_JOB, -1), 1, 4, av, NULL) != 0)
+        return -1;
+    return send_argv(c, CONN_DATA, new_req(R_EFAILED, -1), 1, 3, ef, NULL);
+}
+
+/* The end of the loop's epoch is known: next() may return it. */
+static void publish_marker(sluice_consumer *c, const char *desc)
+{
+    c->marker_published = 1;
+    mu_lock(c);
+    c->at_marker = 1;
+    c->marker_last = c->mk_last;
+    c->mk_failed = c->mk_nfailed;
+    snprintf(c->mk_desc, sizeof c->mk_desc, "%s", desc);
+    cv_broadcast(c);
+    mu_unlock(c);
+}
+
+/* Copies the id s[0..len) into items[*n] (counting it) when it is a batch
+ * id; else sends it to the dead letters as it is. */
+static void add_item(sluice_consumer *c, const char *s, size_t len, long long dlv, int *n)
+{
+    size_t base;
+    int pad;
+    if (!sluicei_rid_check(s, len, &base, &pad)) {
+        send_dead(c, s, len, "not a batch id");
+        return;
+    }
+    copy_id(c->items[*n].rid, s, len);
+    c->items[*n].dlv = dlv;
+    (*n)++;
 }
 
 static void handle_take(sluice_consumer *c, req *q, redisReply *r)
 {
-    (void)q;
     if (script_error(c, "take", r))
         return;
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
         set_fatal(c, SLUICE_ERR_PROTOCOL, "take: unexpected reply (type %d)", r->type);
         return;
     }
+    lease_renewed(c, q->sent_ms);
     size_t want = (size_t)c->items[0].dlv;   /* stashed by start_take */
     int n = 0, marker = 0;
     uint64_t gen = c->gen;
@@ -1179,21 +1326,15 @@ static void handle_take(sluice_consumer *c, req *q, redisReply *r)
             set_fatal(c, SLUICE_ERR_PROTOCOL, "take: unexpected element types");
             return;
         }
-        if (is_marker(id->str, id->len, &me)) {
-            marker = 1;
+        if (sluicei_marker_parse(id->str, id->len, &me)) {
+            marker = me == c->loop_epoch;   /* the script returns only that one */
             break;
         }
         if (n >= c->prefetch) {
             set_fatal(c, SLUICE_ERR_PROTOCOL, "take: more ids than asked for");
             return;
         }
-        if (id->len >= RID_MAX) {
-            send_dead(c, id->str, id->len, "the id is too long to be a batch id");
-            continue;
-        }
-        copy_id(c->items[n].rid, id->str, id->len);
-        c->items[n].dlv = d->integer;
-        n++;
+        add_item(c, id->str, id->len, d->integer, &n);
     }
     if (gen == c->gen && fetch_items(c, 0, n) == 0)
         ack_fetched(c, n);
@@ -1204,10 +1345,24 @@ static void handle_take(sluice_consumer *c, req *q, redisReply *r)
         reached_marker(c);
 }
 
+/* The claim script's ARGV for id (a NUL-free string) taken from the list
+ * of epoch ep; bufs holds the numbers. */
+static void claim_args(sluice_consumer *c, const char *id, uint32_t ep, char epbuf[16],
+                       const char *argv[6])
+{
+    snprintf(epbuf, 16, "%" PRIu32, ep);
+    argv[0] = c->id;
+    argv[1] = c->tok;
+    argv[2] = c->registered ? "0" : "1";
+    argv[3] = id;
+    argv[4] = epbuf;
+    argv[5] = c->rank_s;
+}
+
 static void handle_blmove(sluice_consumer *c, redisReply *r)
 {
     if (r->type == REDIS_REPLY_NIL) {
-        /* Nothing within BLOCK_MS: take once before blocking again, which
+        /* Nothing within block_ms: take once before blocking again, which
          * also notices a queue deleted meanwhile. */
         c->list_empty = 0;
         return;
@@ -1227,41 +1382,48 @@ static void handle_blmove(sluice_consumer *c, redisReply *r)
     c->list_empty = 0;
     if (c->close_deadline_ms)
         return;   /* stays in pending:<cid>; requeue hands it back */
-    char now[24], ep[16];
-    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    char ep[16];
+    const char *argv[6];
     uint32_t me;
-    if (is_marker(r->str, r->len, &me)) {
-        /* claim puts the marker back for the other consumers. */
-        snprintf(ep, sizeof ep, "%" PRIu32, me);
+    if (sluicei_marker_parse(r->str, r->len, &me)) {
+        /* claim puts a true end marker back for the other consumers (0),
+         * and sends any other to the dead letters (-1). */
         char mk[RID_MAX];
         copy_id(mk, r->str, r->len);
-        const char *argv[5] = {c->id, mk, now, ep, c->rank_s};
-        if (send_script(c, CONN_DATA, new_req(R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) != 0 ||
-            send_wait(c) != 0)
-            return;
-        if (me == c->loop_epoch)
-            reached_marker(c);
+        claim_args(c, mk, c->loop_epoch, ep, argv);
+        req *q = new_req(R_CLAIM, -1);
+        if (q)
+            q->nitems = 1;   /* a marker */
+        if (send_script(c, CONN_DATA, q, 1, SLUICEI_SCRIPT_CLAIM, 6, argv) == 0)
+            send_wait(c);
         return;
     }
-    if (r->len >= RID_MAX) {
-        send_dead(c, r->str, r->len, "the id is too long to be a batch id");
+    int n = 0;
+    add_item(c, r->str, r->len, 1, &n);
+    if (n == 0)
         return;
-    }
-    copy_id(c->items[0].rid, r->str, r->len);
-    c->items[0].dlv = 1;
-    snprintf(ep, sizeof ep, "%" PRIu32, c->loop_epoch);
-    const char *argv[5] = {c->id, c->items[0].rid, now, ep, c->rank_s};
-    if (send_script(c, CONN_DATA, new_req(R_CLAIM, 0), 1, SLUICEI_SCRIPT_CLAIM, 5, argv) == 0 &&
+    claim_args(c, c->items[0].rid, c->loop_epoch, ep, argv);
+    if (send_script(c, CONN_DATA, new_req(R_CLAIM, 0), 1, SLUICEI_SCRIPT_CLAIM, 6, argv) == 0 &&
         send_wait(c) == 0 && fetch_items(c, 0, 1) == 0)
         ack_fetched(c, 1);
 }
 
+/* The claim script's answer: the delivery count of an item, -1 when it
+ * went to the dead letters (its GET is ignored); for a marker 0 when it is
+ * the true end of the loop's epoch. */
 static void handle_claim(sluice_consumer *c, req *q, redisReply *r)
 {
     if (script_error(c, "claim", r))
         return;
-    if (q->item >= 0 && r->type == REDIS_REPLY_INTEGER)
+    if (r->type != REDIS_REPLY_INTEGER) {
+        set_fatal(c, SLUICE_ERR_PROTOCOL, "claim: unexpected reply (type %d)", r->type);
+        return;
+    }
+    lease_renewed(c, q->sent_ms);
+    if (q->item >= 0)
         c->items[q->item].dlv = r->integer;
+    else if (q->nitems == 1 && r->integer == 0)
+        reached_marker(c);
 }
 
 /* Takes over the string of a reply hiredis is about to free: the batch
@@ -1282,6 +1444,8 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
 {
     item *it = &c->items[i];
     char why[256];
+    if (it->dlv < 0)
+        return;   /* claim sent it to the dead letters */
     if (r->type == REDIS_REPLY_NIL) {
         send_dead(c, it->rid, strlen(it->rid), "no data in Redis for this id");
         return;
@@ -1311,8 +1475,9 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
     }
     /* The frame must carry the id it is stored under (a padding copy: the
      * id it copies). */
-    int padding;
-    size_t bl = base_len(it->rid, &padding);
+    int padding = 0;
+    size_t bl = 0;
+    sluicei_rid_check(it->rid, strlen(it->rid), &bl, &padding);   /* checked by add_item */
     char s[SLUICE_MAX_BATCH_ID];
     sluicei_batch_id_str(s, b->id);
     if (strlen(s) != bl || memcmp(s, it->rid, bl) != 0) {
@@ -1322,14 +1487,31 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
         return;
     }
     if (dups_seen(c, it->rid)) {
-        /* Delivered by this consumer in this epoch already: a lease that
-         * ran out while it was held, say. Acknowledge the extra copy. */
+        /* Delivered by this consumer in this epoch already: its lease ran
+         * out while the batch was held, say, and it took the batch back.
+         * The copy the application holds stays the one that counts: its
+         * release acknowledges the id, which pending:<cid> holds again, so
+         * it is marked handed once more. One the application released is
+         * acknowledged now: never one it still holds. */
         sluice_batch_free(b);
+        int held = 0, queued = 0;
         mu_lock(c);
         c->st.duplicates++;
+        for (size_t k = 0; k < c->nout && !held; k++)
+            held = strcmp(c->out[k].rid, it->rid) == 0;
+        for (int k = 0; k < c->fifo_len && !queued; k++)
+            queued = strcmp(c->fifo[(c->fifo_head + k) % c->prefetch].rid, it->rid) == 0;
         mu_unlock(c);
-        if (c->ack_mode == SLUICE_ACK_EXPLICIT)
+        if (c->ack_mode != SLUICE_ACK_EXPLICIT || queued)
+            return;
+        if (held) {
+            char key[SLUICE_MAX_KEY + RID_MAX];
+            snprintf(key, sizeof key, "%s%s", c->k_frame, it->rid);
+            const char *av[3] = {"PEXPIREAT", key, SLUICEI_HANDED_AT};
+            send_argv(c, CONN_DATA, new_req(R_MARK, -1), 1, 3, av, NULL);
+        } else {
             send_acks(c, CONN_DATA, R_ACK_QUIET, 1, it->rid, RID_MAX, 1);
+        }
         return;
     }
     dups_add(c, it->rid);
@@ -1381,24 +1563,102 @@ static void handle_frames(sluice_consumer *c, req *q, redisReply *r)
         handle_frame(c, q->item + i, r->element[i]);
 }
 
+/* An answer of the marker sequence that is an error reply (MOVED,
+ * LOADING...): the next session's take sees the marker again and asks
+ * again. Returns 1 when r was one. */
+static int marker_error(sluice_consumer *c, const char *what, redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ERROR)
+        return 0;
+    session_fail(c, "redis %s: %s: %s", c->addr, what, r->str);
+    return 1;
+}
+
 static void handle_job(sluice_consumer *c, redisReply *r)
 {
-    if (r->type == REDIS_REPLY_ERROR) {
-        /* Not an answer (MOVED, LOADING...): the next session's take sees
-         * the marker again and asks again. */
-        session_fail(c, "redis %s: HMGET %s: %s", c->addr, c->k_job, r->str);
+    if (marker_error(c, "HMGET job", r))
         return;
-    }
     long long epochs = 0;
     if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
         r->element[0]->type == REDIS_REPLY_STRING)
         epochs = strtoll(r->element[0]->str, NULL, 10);
-    c->marker_published = 1;
-    mu_lock(c);
-    c->at_marker = 1;
-    c->marker_last = epochs > 0 && (long long)c->loop_epoch + 1 >= epochs;
-    cv_broadcast(c);
-    mu_unlock(c);
+    c->mk_last = epochs > 0 && (long long)c->mk_epoch + 1 >= epochs;
+}
+
+/* How many tasks of the marker's epoch failed: none ends the sequence;
+ * else the failed list says which. */
+static void handle_efailed(sluice_consumer *c, redisReply *r)
+{
+    if (marker_error(c, "HGET estats", r))
+        return;
+    long long n = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    c->mk_nfailed = n > 0 && n <= UINT32_MAX ? (uint32_t)n : 0;
+    if (c->mk_nfailed == 0) {
+        publish_marker(c, "");
+        return;
+    }
+    char k_failed[SLUICE_MAX_KEY];
+    sluicei_key(k_failed, c->queue, "failed");
+    const char *av[4] = {"LRANGE", k_failed, "0", "9999"};
+    send_argv(c, CONN_DATA, new_req(R_FAILED, -1), 1, 4, av, NULL);
+}
+
+/* The tasks that failed, of every epoch: up to 8 of the marker's epoch
+ * have their errors read (R_TERR, their names in the request). */
+#define FAILED_NAMED 8
+static void handle_failed(sluice_consumer *c, redisReply *r)
+{
+    if (marker_error(c, "LRANGE failed", r))
+        return;
+    char pfx[16];
+    int pl = snprintf(pfx, sizeof pfx, "%" PRIu32 ":", c->mk_epoch);
+    req *q = new_req(R_TERR, -1);
+    if (q && !(q->ids = calloc(FAILED_NAMED, sizeof *q->ids))) {
+        req_free(q);
+        q = NULL;
+    }
+    for (size_t i = 0; q && r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+        redisReply *t = r->element[i];
+        if (q->nids < FAILED_NAMED && t->type == REDIS_REPLY_STRING &&
+            t->len < RID_MAX && t->len > (size_t)pl && memcmp(t->str, pfx, (size_t)pl) == 0)
+            copy_id(q->ids[q->nids++].s, t->str, t->len);
+    }
+    if (!q || q->nids == 0) {
+        req_free(q);
+        publish_marker(c, "");
+        return;
+    }
+    char k_terr[SLUICE_MAX_KEY];
+    sluicei_key(k_terr, c->queue, "terr");
+    const char *av[2 + FAILED_NAMED] = {"HMGET", k_terr};
+    for (size_t i = 0; i < q->nids; i++)
+        av[2 + i] = q->ids[i].s;
+    send_argv(c, CONN_DATA, q, 1, (int)(2 + q->nids), av, NULL);
+}
+
+/* Their errors: "0:4 (exec: ... exited with status 1); 0:7 (...)". */
+static void handle_terr(sluice_consumer *c, req *q, redisReply *r)
+{
+    if (marker_error(c, "HMGET terr", r))
+        return;
+    char desc[sizeof c->mk_desc] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < q->nids; i++) {
+        const char *err = r->type == REDIS_REPLY_ARRAY && i < r->elements &&
+                                  r->element[i]->type == REDIS_REPLY_STRING
+                              ? r->element[i]->str
+                              : "no error recorded";
+        int k = snprintf(desc + len, sizeof desc - len, "%s%s (%.160s)", i ? "; " : "",
+                         q->ids[i].s, err);
+        if (k < 0 || (size_t)k >= sizeof desc - len) {
+            snprintf(desc + sizeof desc - 4, 4, "...");
+            break;
+        }
+        len += (size_t)k;
+    }
+    if (c->mk_nfailed > q->nids && len + 8 < sizeof desc)
+        snprintf(desc + len, sizeof desc - len, "; ...");
+    publish_marker(c, desc);
 }
 
 /* Whether an id in pending:<cid> is accounted for in this process. */
@@ -1438,10 +1698,14 @@ static void handle_resync(sluice_consumer *c, redisReply *r)
     /* pending:<cid> is filled at the left: the oldest is at the right. */
     for (size_t i = r->elements; i-- > 0 && gen == c->gen;) {
         redisReply *id = r->element[i];
+        uint32_t me;
+        size_t base;
+        int pad;
         if (id->type != REDIS_REPLY_STRING || known_locally(c, id->str, id->len))
             continue;
-        if (id->len >= RID_MAX) {
-            send_dead(c, id->str, id->len, "the id is too long to be a batch id");
+        if (!sluicei_marker_parse(id->str, id->len, &me) &&
+            !sluicei_rid_check(id->str, id->len, &base, &pad)) {
+            send_dead(c, id->str, id->len, "not a batch id");
             continue;
         }
         if (grow((void **)&c->recover, &c->recover_cap, c->nrecover + 1, sizeof *c->recover)) {
@@ -1472,10 +1736,39 @@ static void handle_role(sluice_consumer *c, redisReply *r)
     c->wait_now = connected < c->url.wait_replicas ? connected : c->url.wait_replicas;
 }
 
+/* A consumer's beat: {1, job state, producers alive}: the lease runs, and
+ * what a waiting next() tells its user (sluice_consumer_wait_status). */
+static void handle_beat(sluice_consumer *c, req *q, redisReply *r)
+{
+    lease_renewed(c, q->sent_ms);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+        r->element[1]->type != REDIS_REPLY_STRING || r->element[2]->type != REDIS_REPLY_INTEGER)
+        return;
+    mu_lock(c);
+    snprintf(c->job_state, sizeof c->job_state, "%s", r->element[1]->str);
+    c->producers_alive = (int)r->element[2]->integer;
+    mu_unlock(c);
+}
+
+/* Remembers a confirmed acknowledgement for restore (RESTORE_MS). */
+static void ring_add(sluice_consumer *c, const char *rid)
+{
+    if (!c->ring)
+        return;
+    acked_id *a = &c->ring[(c->ring_head + c->ring_len) % ACKED_RING];
+    if (c->ring_len == ACKED_RING)
+        c->ring_head = (c->ring_head + 1) % ACKED_RING;
+    else
+        c->ring_len++;
+    memcpy(a->rid, rid, RID_MAX);
+    a->ms = sluicei_now_ms();
+}
+
 static void confirm_ack(sluice_consumer *c, const char *id)
 {
     for (size_t i = 0; i < c->nunconf; i++)
         if (strcmp(c->unconf[i].s, id) == 0) {
+            ring_add(c, id);
             memmove(c->unconf + i, c->unconf + i + 1, (c->nunconf - i - 1) * sizeof *c->unconf);
             c->nunconf--;
             return;
@@ -1503,6 +1796,22 @@ static void handle(sluice_consumer *c, req *q, redisReply *r)
         break;
     case R_JOB:
         handle_job(c, r);
+        break;
+    case R_EFAILED:
+        handle_efailed(c, r);
+        break;
+    case R_FAILED:
+        handle_failed(c, r);
+        break;
+    case R_TERR:
+        handle_terr(c, q, r);
+        break;
+    case R_RESTORE:
+        script_error(c, "restore", r);
+        break;
+    case R_MARK:
+        if (r->type == REDIS_REPLY_ERROR)
+            session_fail(c, "redis %s: PEXPIREAT: %s", c->addr, r->str);
         break;
     case R_RESYNC:
         handle_resync(c, r);
@@ -1543,7 +1852,8 @@ static void handle(sluice_consumer *c, req *q, redisReply *r)
         break;
     case R_BEAT:
         c->beat_inflight = 0;
-        script_error(c, "beat", r);
+        if (!script_error(c, "beat", r))
+            handle_beat(c, q, r);
         break;
     case R_REAP:
         c->reap_inflight = 0;
@@ -1558,15 +1868,26 @@ static void handle(sluice_consumer *c, req *q, redisReply *r)
 
 static void start_take(sluice_consumer *c, int room)
 {
-    char n[16], now[24], ep[16];
+    char n[16], ep[16];
     snprintf(n, sizeof n, "%d", room);
-    snprintf(now, sizeof now, "%" PRId64, wall_ms());
     snprintf(ep, sizeof ep, "%" PRIu32, c->loop_epoch);
     c->items[0].dlv = room;   /* read back by handle_take before it is overwritten */
-    const char *argv[5] = {c->id, n, now, ep, c->rank_s};
+    const char *argv[6] = {c->id, c->tok, c->registered ? "0" : "1", n, ep, c->rank_s};
     c->op = OP_TAKE;
-    if (send_script(c, CONN_DATA, new_req(R_TAKE, -1), 1, SLUICEI_SCRIPT_TAKE, 5, argv) == 0)
+    if (send_script(c, CONN_DATA, new_req(R_TAKE, -1), 1, SLUICEI_SCRIPT_TAKE, 6, argv) == 0)
         send_wait(c);
+}
+
+/* Whether a BLMOVE sent now ends, at the latest, while the lease surely
+ * runs: what it moves into pending:<cid> then belongs to a consumer that
+ * any later reaper finds (lib.lua: give_back). Otherwise a take renews
+ * the lease first. */
+static int blmove_safe(sluice_consumer *c)
+{
+    mu_lock(c);
+    int ok = sluicei_now_ms() + c->block_ms < c->lease_until;
+    mu_unlock(c);
+    return ok;
 }
 
 static void start_blmove(sluice_consumer *c)
@@ -1577,7 +1898,7 @@ static void start_blmove(sluice_consumer *c)
     else
         snprintf(name, sizeof name, "ready:%" PRIu32, c->loop_epoch);
     sluicei_key(src, c->queue, name);
-    const char *av[6] = {"BLMOVE", src, c->k_pending, "RIGHT", "LEFT", BLOCK_ARG};
+    const char *av[6] = {"BLMOVE", src, c->k_pending, "RIGHT", "LEFT", c->block_arg};
     c->op = OP_BLMOVE;
     if (send_argv(c, CONN_DATA, new_req(R_BLMOVE, -1), 1, 6, av, NULL) == 0)
         send_wait(c);
@@ -1587,26 +1908,24 @@ static void start_blmove(sluice_consumer *c)
 static void start_recover(sluice_consumer *c, int room)
 {
     size_t k = c->nrecover < (size_t)room ? c->nrecover : (size_t)room;
-    char now[24], ep[16];
-    snprintf(now, sizeof now, "%" PRId64, wall_ms());
+    char ep[16];
+    const char *argv[6];
     c->op = OP_RECOVER;
     uint64_t gen = c->gen;
     int n = 0;
     for (size_t i = 0; i < k && gen == c->gen; i++) {
         const char *rid = c->recover[i].s;
         uint32_t me;
-        int marker = is_marker(rid, strlen(rid), &me);
-        snprintf(ep, sizeof ep, "%" PRIu32, marker ? me : c->loop_epoch);
-        if (marker) {
+        if (sluicei_marker_parse(rid, strlen(rid), &me)) {
             /* A marker a lost BLMOVE moved: claim puts it back. */
-            const char *argv[5] = {c->id, rid, now, ep, c->rank_s};
-            send_script(c, CONN_DATA, new_req(R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 5, argv);
+            claim_args(c, rid, me, ep, argv);
+            send_script(c, CONN_DATA, new_req(R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 6, argv);
             continue;
         }
         memcpy(c->items[n].rid, rid, RID_MAX);
         c->items[n].dlv = 1;
-        const char *argv[5] = {c->id, c->items[n].rid, now, ep, c->rank_s};
-        send_script(c, CONN_DATA, new_req(R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 5, argv);
+        claim_args(c, c->items[n].rid, c->loop_epoch, ep, argv);
+        send_script(c, CONN_DATA, new_req(R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 6, argv);
         n++;
     }
     if (gen == c->gen && send_wait(c) == 0 && fetch_items(c, 0, n) == 0)
@@ -1617,9 +1936,57 @@ static void start_recover(sluice_consumer *c, int room)
     c->nrecover -= k;
 }
 
+/* After a lost session: the restore script (restore.lua) with what the
+ * application holds and what it acknowledged in the last RESTORE_MS, in
+ * chunks, before anything else is taken. */
+static void start_restore(sluice_consumer *c)
+{
+    size_t nout = 0, cap = 0;
+    idbuf *held = NULL;
+    mu_lock(c);
+    if (c->nout && !grow((void **)&held, &cap, c->nout, sizeof *held))
+        for (; nout < c->nout; nout++)
+            memcpy(held[nout].s, c->out[nout].rid, RID_MAX);
+    mu_unlock(c);
+    int64_t since = sluicei_now_ms() - RESTORE_MS;
+    size_t total = nout + c->ring_len, sent = 0;
+    const char **argv = malloc((2 + 2 * RESTORE_CHUNK) * sizeof *argv);
+    c->need_restore = 0;
+    if (!argv) {
+        free(held);
+        session_fail(c, "out of memory");
+        return;
+    }
+    c->op = OP_RESTORE;
+    uint64_t gen = c->gen;
+    while (sent < total && gen == c->gen) {
+        int k = 2;
+        argv[0] = c->id;
+        argv[1] = c->tok;
+        for (; sent < total && k < 2 + 2 * RESTORE_CHUNK; sent++) {
+            if (sent < nout) {
+                argv[k++] = "held";
+                argv[k++] = held[sent].s;
+                continue;
+            }
+            const acked_id *a = &c->ring[(c->ring_head + sent - nout) % ACKED_RING];
+            if (a->ms >= since) {
+                argv[k++] = "acked";
+                argv[k++] = a->rid;
+            }
+        }
+        if (k > 2)
+            send_script(c, CONN_DATA, new_req(R_RESTORE, -1), 1, SLUICEI_SCRIPT_RESTORE, k, argv);
+    }
+    free(argv);
+    free(held);
+    if (gen == c->gen && c->op_left == 0)
+        c->op = OP_NONE;   /* nothing to restore */
+}
+
 /* Close, once the data connection is idle: the last acks, then requeue of
- * everything still held, with the prefetched (never handed out) ids named
- * so that their delivery does not count. */
+ * everything still held, with the ids the application still has named,
+ * so that their delivery counts even if a mark did not arrive yet. */
 static void close_step(sluice_consumer *c)
 {
     if (c->requeue_sent || c->state != ST_READY)
@@ -1640,22 +2007,20 @@ static void close_step(sluice_consumer *c)
         send_acks(c, CONN_DATA, R_ACK, 0, c->unconf[0].s, sizeof *c->unconf, c->nunconf) != 0)
         return;
     mu_lock(c);
-    int n = c->fifo_len;
+    int n = (int)c->nout;
     const char **argv = malloc((size_t)(n + 2) * sizeof *argv);
-    char now[24];
-    snprintf(now, sizeof now, "%" PRId64, wall_ms());
     if (argv) {
         argv[0] = c->id;
-        argv[1] = now;
+        argv[1] = c->tok;
         for (int i = 0; i < n; i++)
-            argv[2 + i] = c->fifo[(c->fifo_head + i) % c->prefetch].rid;
+            argv[2 + i] = c->out[i].rid;
     }
     mu_unlock(c);
     if (!argv) {
         event_base_loopbreak(c->base);   /* what we hold comes back after the lease */
         return;
     }
-    /* The FIFO does not change any more: the loop is the only one filling it. */
+    /* out does not change any more: close() runs alone (consumer.h). */
     if (send_script(c, CONN_DATA, new_req(R_REQUEUE, -1), 0, SLUICEI_SCRIPT_REQUEUE, n + 2,
                     argv) == 0)
         c->requeue_sent = 1;
@@ -1685,11 +2050,24 @@ static int pump_once(sluice_consumer *c)
     int room = c->prefetch - c->fifo_len;
     if (room <= 0)
         c->want_room = 1;
+    int want_lease = c->want_lease, hand_broken = c->hand_broken;
     mu_unlock(c);
 
+    if (hand_broken) {
+        mu_lock(c);
+        c->hand_broken = 0;
+        mu_unlock(c);
+        session_fail(c, "redis %s: the hand connection stopped taking writes", c->addr);
+        return -1;
+    }
     uint64_t gen = c->gen;
     if (first < c->nunconf && send_acks(c, CONN_CTL, R_ACK, 0, c->unconf[first].s,
                                         sizeof *c->unconf, c->nunconf - first) != 0)
+        return -1;
+    /* next() waits for a batch it may not hand out before a renewal. */
+    if (want_lease && !c->beat_inflight && !closing)
+        send_beat(c);
+    if (gen != c->gen)
         return -1;
     if (adv) {
         c->loop_epoch = ep;
@@ -1701,7 +2079,9 @@ static int pump_once(sluice_consumer *c)
         close_step(c);
         return 1;
     }
-    if (c->op == OP_NONE && !fatal && !finished) {
+    if (c->op == OP_NONE && !fatal && !finished && c->need_restore)
+        start_restore(c);
+    if (c->op == OP_NONE && !fatal && !finished && gen == c->gen) {
         if (c->need_resync) {
             c->need_resync = 0;
             const char *av[4] = {"LRANGE", c->k_pending, "0", "-1"};
@@ -1712,7 +2092,7 @@ static int pump_once(sluice_consumer *c)
                 start_recover(c, room);
             else if (c->oom_wait)
                 ;   /* on_oom_timer pumps again */
-            else if (c->list_empty)
+            else if (c->list_empty && blmove_safe(c))
                 start_blmove(c);
             else
                 start_take(c, room);
@@ -1801,8 +2181,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (c->state != ST_READY)
         return;
-    for (int i = 0; i < 2; i++) {
-        int64_t allow = REPLY_SLACK_MS + (i == CONN_DATA && c->blocking ? BLOCK_MS : 0);
+    for (int i = 0; i < NCONN; i++) {
+        int64_t allow = REPLY_SLACK_MS + (i == CONN_DATA && c->blocking ? c->block_ms : 0);
         if (c->pend[i] > 0 && now - c->prog_ms[i] > allow) {
             session_fail(c, "redis %s: no reply within %" PRId64 " ms", c->addr, allow);
             return;
@@ -1824,6 +2204,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         if (send_argv(c, CONN_CTL, new_req(R_ROLE, -1), 0, 1, av, NULL) == 0)
             c->role_inflight = 1;
     }
+    if (c->ack_mode == SLUICE_ACK_EXPLICIT)
+        publish_hand(c);   /* if hiredis had not written all of its setup yet */
     /* Acks released while the loop was busy, if nothing else sent them. */
     pump(c);
 }
@@ -1835,7 +2217,10 @@ static void *loop_main(void *arg)
     event_base_dispatch(c->base);
     /* Replies still due belong to no one now. */
     c->gen++;
-    for (int i = 0; i < 2; i++) {
+    mu_lock(c);
+    c->hand_fd = -1;
+    mu_unlock(c);
+    for (int i = 0; i < NCONN; i++) {
         redisAsyncContext *ac = c->ac[i];
         c->ac[i] = NULL;
         if (ac)
@@ -1905,6 +2290,7 @@ static void free_consumer(sluice_consumer *c)
     free(c->items);
     free(c->unconf);
     free(c->recover);
+    free(c->ring);
     free(c);
 }
 
@@ -1944,9 +2330,75 @@ static void link_why(setup_link *l, const char *q, sluice_err e, const redisRepl
                  q, sluice_strerror(e));
 }
 
+static sluice_err link_script(setup_link *l, const char *q, sluicei_script_id id, int argc,
+                              const char **argv, redisReply **out)
+{
+    if (l->r)
+        return sluicei_router_script(l->r, q, l->deadline_ms, id, argc, argv, NULL, out);
+    return sluicei_script_run(l->sc, id, q, argc, argv, NULL, out);
+}
+
+/* Registers c with its queue (lib.lua: enter), which open() does so that
+ * a consumer id or rank held by a live consumer is an error at once. The
+ * holder may be a process that died: then its lease runs out, and the
+ * registration succeeds. So while the holder does not renew its lease,
+ * this waits (up to the lease); once it renews, it is alive:
+ * SLUICE_ERR_BUSY, naming it. */
+static sluice_err register_consumer(sluice_consumer *c, setup_link *l, char *errbuf,
+                                    size_t errlen)
+{
+    int64_t give_up = sluicei_now_ms() + c->lease_ms + 2000;
+    char first_seen[32] = "";
+    for (;;) {
+        int64_t t0 = sluicei_now_ms();
+        const char *argv[5] = {"consumer", c->id, c->tok, "1", c->rank_s};
+        redisReply *r = NULL;
+        sluice_err e = link_script(l, c->queue, SLUICEI_SCRIPT_BEAT, 5, argv, &r);
+        if (e == SLUICE_OK && r && r->type == REDIS_REPLY_ARRAY) {
+            freeReplyObject(r);
+            c->registered = 1;
+            c->lease_until = t0 + c->lease_ms * 3 / 4;
+            return SLUICE_OK;
+        }
+        if (!r || r->type != REDIS_REPLY_ERROR || strncmp(r->str, "HELD ", 5) != 0) {
+            if (e == SLUICE_OK)
+                e = SLUICE_ERR_PROTOCOL;
+            if (e == SLUICE_ERR_AUTH)
+                snprintf(errbuf, errlen, "permission refused registering the consumer: %s",
+                         r ? r->str : "no reply");
+            else
+                link_why(l, c->queue, e, r, errbuf, errlen);
+            if (r)
+                freeReplyObject(r);
+            return e;
+        }
+        /* "HELD <holder> <seen_ms> <text>" */
+        char holder[80] = "", seen[32] = "";
+        const char *text = r->str;
+        sscanf(r->str + 5, "%79s %31s", holder, seen);
+        for (int k = 0; k < 3 && strchr(text, ' '); k++)
+            text = strchr(text, ' ') + 1;
+        int renewed = first_seen[0] && strcmp(first_seen, seen) != 0;
+        if (!first_seen[0])
+            snprintf(first_seen, sizeof first_seen, "%s", seen);
+        if (renewed || sluicei_now_ms() >= give_up) {
+            snprintf(errbuf, errlen, "queue '%s': %s%s", c->queue, text,
+                     renewed ? ", and it renews its lease: one consumer per id and per rank "
+                               "(is another process using them? RANK vs LOCAL_RANK?)"
+                             : "");
+            freeReplyObject(r);
+            return SLUICE_ERR_BUSY;
+        }
+        freeReplyObject(r);
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Reads the queue's configuration and the job, which also proves the
- * address and credentials. o->queue is the name the caller opened (c's
- * queue, or the partitioned queue c is a partition of). */
+ * address and credentials, and registers the consumer. o->queue is the
+ * name the caller opened (c's queue, or the partitioned queue c is a
+ * partition of). */
 static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, setup_link *l,
                              char *errbuf, size_t errlen)
 {
@@ -1957,12 +2409,7 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
      * when the others have finished the job, no one else would reap them
      * for this consumer (which, seeing every list drained, would finish at
      * once). A failure here is left to the checks below. */
-    char now[24];
-    snprintf(now, sizeof now, "%" PRId64, wall_ms());
-    const char *rv[1] = {now};
-    sluice_err e = l->r ? sluicei_router_script(l->r, q, l->deadline_ms, SLUICEI_SCRIPT_REAP, 1, rv,
-                                                NULL, &m)
-                        : sluicei_script_run(l->sc, SLUICEI_SCRIPT_REAP, q, 1, rv, NULL, &m);
+    sluice_err e = link_script(l, q, SLUICEI_SCRIPT_REAP, 0, NULL, &m);
     if (e == SLUICE_ERR_IO) {
         link_why(l, q, e, NULL, errbuf, errlen);
         goto out;
@@ -1971,16 +2418,16 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
     if (m)
         freeReplyObject(m);
     m = NULL;
-    const char *mv[5] = {"HMGET", c->k_meta, "version", "ranks", "lease_ms"};
+    const char *mv[6] = {"HMGET", c->k_meta, "version", "ranks", "lease_ms", "max_frame"};
     const char *jv[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
-    e = link_command(l, q, &m, 5, mv);
+    e = link_command(l, q, &m, 6, mv);
     if (e == SLUICE_OK)
         e = link_command(l, q, &j, 4, jv);
     if (e != SLUICE_OK) {
         link_why(l, q, e, m && m->type == REDIS_REPLY_ERROR ? m : j, errbuf, errlen);
         goto out;
     }
-    if (m->type != REDIS_REPLY_ARRAY || m->elements != 3 || j->type != REDIS_REPLY_ARRAY ||
+    if (m->type != REDIS_REPLY_ARRAY || m->elements != 4 || j->type != REDIS_REPLY_ARRAY ||
         j->elements != 2) {
         snprintf(errbuf, errlen, "unexpected reply reading the queue's settings");
         e = SLUICE_ERR_PROTOCOL;
@@ -2019,6 +2466,24 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         goto out;
     }
     c->lease_ms = lease > 0 ? lease : LEASE_DEFAULT_MS;
+    c->block_ms = c->lease_ms / 4 < BLOCK_MS ? (int)(c->lease_ms / 4) : BLOCK_MS;
+    if (c->block_ms < 10)
+        c->block_ms = 10;
+    snprintf(c->block_arg, sizeof c->block_arg, "%d.%03d", c->block_ms / 1000, c->block_ms % 1000);
+    long long frame = m->element[3]->type == REDIS_REPLY_STRING
+                          ? strtoll(m->element[3]->str, NULL, 10)
+                          : (long long)SLUICEI_MAX_FRAME_DEFAULT;
+    if (o->max_batch_bytes == 0) {
+        c->max_batch_bytes = frame > 0 ? (size_t)frame : SLUICEI_MAX_FRAME_DEFAULT;
+    } else if ((long long)o->max_batch_bytes < frame) {
+        snprintf(errbuf, errlen, "queue '%s' admits frames of up to %lld bytes, more than this "
+                 "consumer's max_batch_bytes of %zu: leave it 0 (the queue's limit) or raise it",
+                 o->queue, frame, o->max_batch_bytes);
+        e = SLUICE_ERR_INVALID;
+        goto out;
+    }
+    if ((e = register_consumer(c, l, errbuf, errlen)) != SLUICE_OK)
+        goto out;
     if (j->element[0]->type == REDIS_REPLY_STRING) {
         long long epochs = strtoll(j->element[0]->str, NULL, 10);
         long long open = j->element[1]->type == REDIS_REPLY_STRING
@@ -2111,16 +2576,21 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
     if (o->world > 0)
         snprintf(c->rank_s, sizeof c->rank_s, "%d", o->rank);
     c->ack_mode = o->ack_mode;
-    c->max_batch_bytes = o->max_batch_bytes ? o->max_batch_bytes : SLUICE_MAX_BATCH_BYTES_DEFAULT;
+    c->accept_partial = o->accept_partial != 0;
+    c->max_batch_bytes = o->max_batch_bytes;
     c->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
     c->low_water = c->prefetch - (c->prefetch / 2 > 1 ? c->prefetch / 2 : 1);
     c->connect_timeout_ms =
         o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
     c->reconnect_timeout_ms = o->reconnect_timeout_ms;
     c->rng = sluicei_random64() | 1;
+    snprintf(c->tok, sizeof c->tok, "%016" PRIx64, sluicei_random64());
+    c->hand_fd = -1;
+    c->producers_alive = -1;
     c->fifo = calloc((size_t)c->prefetch, sizeof *c->fifo);
     c->items = calloc((size_t)c->prefetch, sizeof *c->items);
-    if (!c->fifo || !c->items) {
+    c->ring = c->ack_mode == SLUICE_ACK_EXPLICIT ? calloc(ACKED_RING, sizeof *c->ring) : NULL;
+    if (!c->fifo || !c->items || (c->ack_mode == SLUICE_ACK_EXPLICIT && !c->ring)) {
         snprintf(errbuf, errlen, "out of memory");
         free_consumer(c);
         return SLUICE_ERR_NOMEM;
@@ -2233,6 +2703,9 @@ static sluice_err open_group(sluice_consumer **out, const sluice_consumer_opts *
         return SLUICE_ERR_NOMEM;
     }
     g->wake_fd = -1;
+    g->hand_fd = -1;
+    g->producers_alive = -1;
+    g->accept_partial = o->accept_partial != 0;
     g->top = g;
     pthread_mutex_init(&g->mu, NULL);
     pthread_condattr_t ca;
@@ -2433,6 +2906,45 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
     return b;
 }
 
+/* Tells Redis, on the hand connection, that the batch at the head of c's
+ * FIFO goes to the application (lib.lua: handed), before next() hands it
+ * out: one write, no reply (CLIENT REPLY OFF). mu is held. Returns 0, or
+ * -1 when it cannot be told now: the connection is down, or the lease may
+ * have run out (a renewal is asked for); *wake is set when the loop must
+ * be woken, and next() waits. Explicit acks only: an at-most-once batch
+ * is acknowledged already. */
+static int hand_out(sluice_consumer *c, int *wake)
+{
+    if (c->ack_mode != SLUICE_ACK_EXPLICIT)
+        return 0;
+    if (c->hand_fd < 0 || sluicei_now_ms() >= c->lease_until) {
+        if (!c->want_lease) {
+            c->want_lease = 1;
+            *wake |= wake_needed(c);
+        }
+        return -1;
+    }
+    const char *rid = c->fifo[c->fifo_head].rid;
+    size_t klen = strlen(c->k_frame) + strlen(rid);
+    int n = snprintf(c->hand_cmd, sizeof c->hand_cmd,
+                     "*3\r\n$9\r\nPEXPIREAT\r\n$%zu\r\n%s%s\r\n$%zu\r\n%s\r\n", klen, c->k_frame,
+                     rid, strlen(SLUICEI_HANDED_AT), SLUICEI_HANDED_AT);
+    ssize_t w;
+    do
+        w = send(c->hand_fd, c->hand_cmd, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w != n) {
+        /* A socket Redis stopped reading (its buffer is full) or closed; a
+         * partial write cut the stream. The loop starts a new session,
+         * whose restore marks again what the application holds. */
+        c->hand_fd = -1;
+        c->hand_broken = 1;
+        *wake |= wake_needed(c);
+        return -1;
+    }
+    return 0;
+}
+
 /* release() must find room in out and acks without allocating; mu is held. */
 static int reserve_out(sluice_consumer *c)
 {
@@ -2445,14 +2957,31 @@ static int reserve_out(sluice_consumer *c)
 static void end_epoch(sluice_consumer *c, int *wake)
 {
     c->at_marker = 0;
-    if (c->top == c)
+    if (c->top == c) {
         c->st.epochs_ended++;   /* a group counts its own (see group_next) */
+        c->report.epoch = c->epoch;
+        c->report.failed_tasks = c->mk_failed;
+        snprintf(c->report.failed, sizeof c->report.failed, "%s", c->mk_desc);
+    }
     c->epoch++;
     if (c->marker_last)
         c->finished = 1;
     c->advance_req = 1;
     if (wake_needed(c))
         *wake = 1;
+}
+
+/* The result of next() at the end of an epoch whose report is in
+ * t->report (mu held): SLUICE_ERR_PARTIAL (errstr says why) when tasks of
+ * it failed and the consumer does not accept partial epochs. */
+static sluice_err epoch_result(sluice_consumer *t)
+{
+    if (t->report.failed_tasks == 0 || t->accept_partial)
+        return SLUICE_EOF;
+    snprintf(t->errstr, sizeof t->errstr, "epoch %" PRIu32 " ended without the records of %" PRIu32
+             " failed task%s: %.420s", t->report.epoch, t->report.failed_tasks,
+             t->report.failed_tasks == 1 ? "" : "s", t->report.failed);
+    return SLUICE_ERR_PARTIAL;
 }
 
 /* Copies the last dead-letter note into errstr, unless errstr says
@@ -2492,6 +3021,12 @@ static int group_look(sluice_consumer *g, sluice_batch **out, int *nwake, int64_
                 return SLUICE_ERR_NOMEM;
             }
             int wake = 0;
+            if (hand_out(ch, &wake) != 0) {
+                if (wake)
+                    g->wakes[(*nwake)++] = p;
+                left++;
+                continue;
+            }
             *out = pop_batch(ch, &wake);
             if (wake)
                 g->wakes[(*nwake)++] = p;
@@ -2506,11 +3041,22 @@ static int group_look(sluice_consumer *g, sluice_batch **out, int *nwake, int64_
     if (left == 0) {
         /* Every partition ended epoch ep: each one at its marker goes on
          * to the next epoch only now, so none fetches a batch of ep + 1
-         * before the queue's end of ep. */
+         * before the queue's end of ep. The report adds theirs up. */
+        sluice_epoch_report *rep = &g->report;
+        size_t dl = 0;
+        memset(rep, 0, sizeof *rep);
+        rep->epoch = ep;
         for (int p = 0; p < n; p++) {
             sluice_consumer *ch = g->part[p];
             if (ch->finished || ch->epoch != ep || !ch->at_marker)
                 continue;
+            rep->failed_tasks += ch->mk_failed;
+            if (ch->mk_failed && dl + 4 < sizeof rep->failed) {
+                int k = snprintf(rep->failed + dl, sizeof rep->failed - dl, "%s%s", dl ? "; " : "",
+                                 ch->mk_desc);
+                dl = k < 0 || (size_t)k >= sizeof rep->failed - dl ? sizeof rep->failed - 1
+                                                                  : dl + (size_t)k;
+            }
             int wake = 0;
             end_epoch(ch, &wake);
             if (wake)
@@ -2524,7 +3070,7 @@ static int group_look(sluice_consumer *g, sluice_batch **out, int *nwake, int64_
         for (int p = 0; p < n && fin; p++)
             fin = g->part[p]->finished && g->part[p]->epoch <= g->epoch;
         g->finished = fin;
-        return SLUICE_EOF;
+        return epoch_result(g);
     }
     for (int p = 0; p < n; p++)
         if (g->part[p]->fatal != SLUICE_OK) {
@@ -2560,6 +3106,15 @@ static void group_wake(sluice_consumer *g, int nwake)
         wake_write(g->part[g->wakes[i]]);
 }
 
+/* next() starts waiting (mu held): the wait status counts from here. */
+static void wait_begin(sluice_consumer *t, uint64_t *t0)
+{
+    if (!*t0)
+        *t0 = mono_us();
+    if (!t->wait_since)
+        t->wait_since = sluicei_now_ms();
+}
+
 static sluice_err group_next(sluice_consumer *g, sluice_batch **out, int timeout_ms)
 {
     g->errstr[0] = '\0';
@@ -2574,6 +3129,8 @@ static sluice_err group_next(sluice_consumer *g, sluice_batch **out, int timeout
         int r = group_look(g, out, &nwake, &limit, &down);
         if (r >= 0) {
             e = (sluice_err)r;
+            if (e == SLUICE_OK || e == SLUICE_EOF || e == SLUICE_ERR_PARTIAL)
+                g->wait_since = 0;
             break;
         }
         if (deadline >= 0 && sluicei_now_ms() >= deadline) {
@@ -2582,8 +3139,7 @@ static sluice_err group_next(sluice_consumer *g, sluice_batch **out, int timeout
             e = SLUICE_ERR_TIMEOUT;
             break;
         }
-        if (!t0)
-            t0 = mono_us();
+        wait_begin(g, &t0);
         /* The acks may be what a producer waits for to push more. */
         for (int p = 0; p < g->nparts; p++)
             if (g->part[p]->nacks && wake_needed(g->part[p]))
@@ -2635,18 +3191,20 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
         return SLUICE_ERR_NOMEM;
     }
     for (;;) {
-        if (c->fifo_len > 0) {
+        if (c->fifo_len > 0 && hand_out(c, &wake) == 0) {
             *out = pop_batch(c, &wake);
+            c->wait_since = 0;
             e = SLUICE_OK;
             break;
         }
-        if (c->finished) {
+        if (c->fifo_len == 0 && c->finished) {
             e = SLUICE_EOF;
             break;
         }
-        if (c->at_marker) {
+        if (c->fifo_len == 0 && c->at_marker) {
             end_epoch(c, &wake);
-            e = SLUICE_EOF;
+            c->wait_since = 0;
+            e = epoch_result(c);
             break;
         }
         if (c->fatal != SLUICE_OK) {
@@ -2673,10 +3231,11 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
             e = SLUICE_ERR_TIMEOUT;
             break;
         }
-        if (!t0)
-            t0 = mono_us();
-        if (c->nacks && wake_needed(c)) {
-            /* The acks may be what a producer waits for to push more. */
+        wait_begin(c, &t0);
+        if ((c->nacks && wake_needed(c)) || wake) {
+            /* The acks may be what a producer waits for to push more; a
+             * renewal may be what next() waits for. */
+            wake = 0;
             mu_unlock(c);
             wake_write(c);
             mu_lock(c);
@@ -2796,6 +3355,77 @@ int sluice_consumer_finished(const sluice_consumer *c)
 const char *sluice_consumer_errstr(const sluice_consumer *c)
 {
     return c ? c->errstr : "";
+}
+
+void sluice_consumer_epoch_report(const sluice_consumer *c, sluice_epoch_report *r)
+{
+    if (!r)
+        return;
+    memset(r, 0, sizeof *r);
+    if (!c)
+        return;
+    sluice_consumer *m = (sluice_consumer *)c;   /* the mutex is not part of the value */
+    mu_lock(m);
+    *r = c->report;
+    mu_unlock(m);
+}
+
+int64_t sluice_consumer_wait_status(const sluice_consumer *c, char *buf, size_t len)
+{
+    if (buf && len)
+        buf[0] = '\0';
+    if (!c)
+        return 0;
+    sluice_consumer *m = (sluice_consumer *)c;
+    sluice_consumer *const *cs = c->nparts ? c->part : &m;
+    int n = c->nparts ? c->nparts : 1;
+    char why[600] = "";
+    mu_lock(m);
+    int64_t since = c->wait_since;
+    const sluice_consumer *fatal = NULL, *down = NULL;
+    const char *state = NULL;
+    int alive = -1, renewing = 0;
+    for (int k = 0; k < n; k++) {
+        const sluice_consumer *ch = cs[k];
+        if (ch->fatal != SLUICE_OK && !fatal)
+            fatal = ch;
+        if (ch->down_since_ms && !ch->finished && !down)
+            down = ch;
+        renewing |= ch->want_lease;
+        if (ch->producers_alive > alive)
+            alive = ch->producers_alive;
+        if (!state || strcmp(ch->job_state, "running") == 0)
+            state = ch->job_state;
+    }
+    if (!since)
+        ;
+    else if (fatal)
+        snprintf(why, sizeof why, "%s", fatal->fatal_msg);
+    else if (down)
+        snprintf(why, sizeof why, "reconnecting: %.500s", down->down_why);
+    else if (renewing)
+        snprintf(why, sizeof why, "renewing the consumer's lease in queue '%s'", c->queue);
+    else if (alive < 0)
+        snprintf(why, sizeof why, "waiting for batches of queue '%s'", c->queue);
+    else if (strcmp(state, "none") == 0 && alive == 0)
+        snprintf(why, sizeof why, "queue '%s' has no job (sluice-ctl submit) and no producer is "
+                 "alive", c->queue);
+    else if (strcmp(state, "none") == 0)
+        snprintf(why, sizeof why, "queue '%s' has no job; %d producer%s alive push into it",
+                 c->queue, alive, alive == 1 ? " is" : "s are");
+    else if (strcmp(state, "finished") == 0)
+        snprintf(why, sizeof why, "the job of queue '%s' is finished; its end comes once every "
+                 "batch is acknowledged (other consumers still hold some)", c->queue);
+    else if (alive == 0)
+        snprintf(why, sizeof why, "no producer of queue '%s' is alive (start sluice-producer "
+                 "--queue %s)", c->queue, c->queue);
+    else
+        snprintf(why, sizeof why, "waiting for the producers of queue '%s' (%d alive)", c->queue,
+                 alive);
+    mu_unlock(m);
+    if (buf && len)
+        snprintf(buf, len, "%s", why);
+    return since ? sluicei_now_ms() - since : 0;
 }
 
 const char *sluice_consumer_id(const sluice_consumer *c)

@@ -39,7 +39,7 @@
 #define MAX_BATCH_SIZE 1000000
 #define MAX_INFLIGHT 1024
 #define LEASE_MS_DEFAULT 10000
-#define LEASE_MS_MIN 100
+#define LEASE_MS_MIN 1000
 #define LEASE_MS_MAX 86400000
 /* While reading between pushes takes this long, flush to keep the task's
  * lease and the heartbeat going (the API does both inside a flush). */
@@ -52,9 +52,6 @@
 #define METRICS_REDIS_TIMEOUT_MS 2000
 /* Longest producer id (producer.h). */
 #define MAX_PRODUCER_ID 64
-
-/* A task given back because its partition is at its budget (run_task). */
-#define HANDED_BACK "handed back: its partition is at its budget while another has room"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
@@ -88,10 +85,14 @@ static void usage(FILE *f)
             "job's batch size (a task's last batch may be shorter), marks the task done\n"
             "and claims the next, until the job is finished. Any number of producers may\n"
             "work on one job and may be started and stopped at any time: a producer that\n"
-            "dies loses its task to another once its lease expires, and batch ids\n"
-            "(epoch, task, seq) are deterministic, so the redone task adds no duplicate.\n"
-            "A task whose reader or --exec command fails is retried (by any producer) up\n"
-            "to the job's --max-attempts, then recorded as failed (sluice-ctl info).\n"
+            "dies loses its task to another once its lease expires (no failure of the\n"
+            "task), and batch ids (epoch, task, seq) are deterministic, so the redone task\n"
+            "adds no duplicate. A task whose reader or --exec command fails is retried\n"
+            "(by any producer) up to the job's --max-attempts, then recorded as failed\n"
+            "(sluice-ctl info); the consumers are told at the end of its epoch. Tasks are\n"
+            "claimed lowest epoch first; a producer blocked on a full queue with a later\n"
+            "epoch's task while a task of an earlier epoch waits hands its task back with\n"
+            "its resume point and takes that one.\n"
             "\n"
             "Partitioned queues (sluice-ctl create Q --partitions P): every batch of a task\n"
             "goes to the task's partition. A claim prefers partitions below their budget.\n"
@@ -132,10 +133,11 @@ static void usage(FILE *f)
             "                     pass every batch through a C plugin (sluice/transform.h)\n"
             "                     loaded from LIB (give a path with a '/', e.g. ./libx.so);\n"
             "                     ARG goes to its init. A plugin error fails the task.\n"
-            "  --lease-ms MS      job mode: a task's lease, %d..%d (default %d). The\n"
-            "                     producer renews it every MS/3, also while it waits for\n"
-            "                     room; a producer that stops renewing (killed) loses the\n"
-            "                     task to another producer once MS have passed.\n"
+            "  --lease-ms MS      job mode: a task's lease, %d..%d (default %d), on the\n"
+            "                     Redis server's clock. The producer renews it every MS/3,\n"
+            "                     also while it waits for room; a producer that stops\n"
+            "                     renewing (killed, frozen) loses the task to another\n"
+            "                     producer once MS have passed.\n"
             "  --follow           job mode: when the job is finished (or there is none),\n"
             "                     wait for the next one instead of exiting\n"
             "  --id ID            producer id shown by sluice-ctl info (default:\n"
@@ -148,7 +150,8 @@ static void usage(FILE *f)
             "                     the totals count those tasks only. bytes: payload bytes\n"
             "                     pushed; checksum: sum mod 2^64 of the FNV-1a 64 hash of\n"
             "                     every record pushed, or of every tensor's data buffer)\n"
-            "  --quiet            no progress, no per-task lines, no final report on stderr\n"
+            "  --quiet            no progress, no per-task lines, no final report, no notes\n"
+            "                     of long waits (room, a task) on stderr\n"
             "  --metrics-addr HOST:PORT\n"
             "                     serve Prometheus metrics on http://HOST:PORT/metrics\n"
             "                     (batches and bytes pushed, seconds blocked by\n"
@@ -383,6 +386,12 @@ static void say(run *r, const char *fmt, ...)
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
+}
+
+/* The producer API's notes of long waits (producer.h: opts.log). */
+static void log_line(void *arg, const char *msg)
+{
+    say(arg, PROG ": %s\n", msg);
 }
 
 /* Stores the producer's counters for the metrics endpoint. */
@@ -713,11 +722,12 @@ static int run_task(run *r, batch *b, sluice_task *t)
             return 0;
         }
         if (e == SLUICE_ERR_FULL) {
-            /* Its last batches found its partition at its budget while
-             * another has room: handed back with its resume point. */
+            /* Its last batches found the queue (its partition) at its
+             * budget while the producer is wanted elsewhere: handed back
+             * with its resume point; errstr says why. */
             r->tasks_handed_back++;
             if (!r->cf->quiet)
-                say(r, "task %s (%s): %s\n", key, what, HANDED_BACK);
+                say(r, "task %s (%s): %s\n", key, what, sluice_producer_errstr(r->p));
             return 0;
         }
         if (lease_lost(r->p)) {
@@ -747,14 +757,15 @@ static int run_task(run *r, batch *b, sluice_task *t)
     char why[1024];
     snprintf(why, sizeof why, "%s", sluice_producer_errstr(r->p));
     if (r->push_err == SLUICE_ERR_FULL) {
-        /* Its partition is at its budget while another has room and
-         * waiting tasks: hand it back (with its resume point) and claim
-         * the next, which prefers a partition with room. */
+        /* The queue is at its budget and a task of an earlier epoch waits,
+         * or its partition is while another has room and waiting tasks:
+         * hand it back (with its resume point) and claim the next, which
+         * is that task, or prefers a partition with room. */
         e = sluice_producer_task_release(r->p, t);
         if (e == SLUICE_OK)
             r->tasks_handed_back++;
         if (e == SLUICE_OK && !r->cf->quiet)
-            say(r, "task %s (%s): %s\n", key, what, HANDED_BACK);
+            say(r, "task %s (%s): %s\n", key, what, sluice_producer_errstr(r->p));
         else if (e != SLUICE_OK)
             say(r, PROG ": task %s (%s): %s\n", key, what, sluice_producer_errstr(r->p));
         return e == SLUICE_OK || lease_lost(r->p) ? 0 : EXIT_RUNTIME;
@@ -1224,6 +1235,8 @@ int main(int argc, char **argv)
         .producer_id = cf.producer_id,
         .max_inflight = (int)cf.inflight,
         .stop = (volatile int *)&stop_flag,
+        .log = cf.quiet ? NULL : log_line,
+        .log_arg = &r,
     };
     sluice_err e = sluice_producer_open(&r.p, &o, err, sizeof err);
     if (e != SLUICE_OK) {
@@ -1269,8 +1282,7 @@ int main(int argc, char **argv)
             if (r.tasks_lost)
                 fprintf(stderr, ", %" PRIu64 " lost to the reaper", r.tasks_lost);
             if (r.tasks_handed_back)
-                fprintf(stderr, ", %" PRIu64 " handed back for lack of room",
-                        r.tasks_handed_back);
+                fprintf(stderr, ", %" PRIu64 " handed back to make way", r.tasks_handed_back);
         }
         fputc('\n', stderr);
     }

@@ -112,6 +112,10 @@
 #define LEASE_MS_DEFAULT 10000
 /* Longest wait on task_wake before claiming again (each claim reaps). */
 #define TASK_WAIT_S 1
+/* When a wait for room or for a task is first told to the log callback,
+ * and how often again while it lasts. */
+#define WAIT_NOTE_MS 5000
+#define WAIT_NOTE_EVERY_MS 30000
 /* A partitioned queue: one round of waiting on every partition's
  * task_wake at once (a token on one ends the round only after this). */
 #define GROUP_TASK_WAIT_MS 200
@@ -155,6 +159,9 @@ struct sluice_producer {
     char id[SLUICE_MAX_PRODUCER_ID + 1];
     int reconnect_timeout_ms;
     volatile int *stop;
+    void (*log)(void *arg, const char *msg);   /* opts.log */
+    void *log_arg;
+    uint64_t max_frame;                /* the queue's frame limit (meta max_frame) */
 
     uint32_t epoch;
     uint64_t task;
@@ -190,12 +197,14 @@ struct sluice_producer {
     int lease_ms;
     int64_t renewed_ms;                /* monotonic time of the last renewal */
     int lease_lost;                    /* task_renew said it is no longer ours */
+    int earlier;                       /* task_renew: a task of an earlier epoch waits */
     int64_t beat_ms;                   /* monotonic time of the last heartbeat; 0: never */
     char task_wake_key[SLUICE_MAX_KEY];
     uint64_t resume;                   /* task held: its batches below this seq are stored
                                           already (task_claim): they are skipped */
     int may_spill;                     /* inside a push: settling may end in a spill */
     int spilled;                       /* the task held was spilled (see the top) */
+    const char *spill_why;             /* why (a static string) */
     uint64_t spill_resume;             /* then: the first of its batches not stored */
     uint64_t lost_from;                /* task held: the first of its batches given up
                                           after an error (abandon()); UINT64_MAX: none */
@@ -233,6 +242,7 @@ struct sluice_producer {
     int probe;                         /* a probe or wait is under way on its connection */
     int64_t conn_tried_ms;             /* last quick reconnect (idle_connected()) */
     char claim_kind[16];               /* its last task_claim answer (group_claim) */
+    uint64_t job_failed;               /* tasks failed, when task_claim said 'done' */
 };
 
 /* A claimed task and the strings it points to, in one allocation. */
@@ -989,11 +999,6 @@ static void check_role(sluice_producer *p)
         freeReplyObject(r);
 }
 
-static void wall_ms_str(char *out, size_t n)
-{
-    snprintf(out, n, "%" PRIu64, sluicei_wall_us() / 1000u);
-}
-
 static int renew_due(const sluice_producer *p, int64_t now)
 {
     return p->task_held && !p->lease_lost && now - p->renewed_ms >= p->lease_ms / 3;
@@ -1011,19 +1016,18 @@ static int housekeeping_due(const sluice_producer *p)
  * is not regained (at close). */
 static sluice_err beat(sluice_producer *p, int may_reconnect)
 {
-    char now[24], v[6][24];
+    char v[6][24];
     const sluice_producer_stats *st = &p->st;
     uint64_t vals[6] = {st->batches, st->bytes, st->blocked_us, st->duplicates, st->tasks_done,
                         st->tasks_failed};
-    const char *argv[16] = {"producer", p->id, now, "",
+    const char *argv[17] = {"producer", p->id, "", "", "",
                             "batches", v[0], "bytes", v[1], "blocked_us", v[2],
                             "duplicates", v[3], "tasks_done", v[4], "tasks_failed", v[5]};
-    wall_ms_str(now, sizeof now);
     for (int i = 0; i < 6; i++)
         snprintf(v[i], sizeof v[i], "%" PRIu64, vals[i]);
     redisReply *r = NULL;
-    sluice_err e = may_reconnect ? run_script(p, SLUICEI_SCRIPT_BEAT, 16, argv, &r, NULL)
-                                 : sluicei_script_run(p->conn, SLUICEI_SCRIPT_BEAT, p->queue, 16,
+    sluice_err e = may_reconnect ? run_script(p, SLUICEI_SCRIPT_BEAT, 17, argv, &r, NULL)
+                                 : sluicei_script_run(p->conn, SLUICEI_SCRIPT_BEAT, p->queue, 17,
                                                       argv, NULL, &r);
     if (r && r->type == REDIS_REPLY_ERROR && redirect_error(p, r->str) && p->conn->ctx) {
         /* The partition moved: the next connect finds it (idle_connected()). */
@@ -1037,19 +1041,21 @@ static sluice_err beat(sluice_producer *p, int may_reconnect)
 }
 
 /* Extends the lease of the task held; sets lease_lost when a reaper took
- * it meanwhile. */
+ * it meanwhile, and earlier when a task of an earlier epoch waits. */
 static sluice_err renew(sluice_producer *p)
 {
-    char now[24], lease[16];
-    wall_ms_str(now, sizeof now);
+    char lease[16];
     snprintf(lease, sizeof lease, "%d", p->lease_ms);
-    const char *argv[4] = {p->id, p->task_key, now, lease};
+    const char *argv[3] = {p->id, p->task_key, lease};
     redisReply *r = NULL;
-    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_RENEW, 4, argv, &r, NULL);
+    int64_t t0 = sluicei_now_ms();
+    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_RENEW, 3, argv, &r, NULL);
     if (e == SLUICE_OK) {
-        p->renewed_ms = sluicei_now_ms();
+        p->renewed_ms = t0;
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 0)
             p->lease_lost = 1;
+        p->earlier = r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                     r->element[1]->type == REDIS_REPLY_INTEGER && r->element[1]->integer == 1;
     }
     if (r)
         freeReplyObject(r);
@@ -1170,17 +1176,17 @@ static int spill_target(sluice_producer *g, const sluice_producer *from, size_t 
         c->probe = 0;
         if (c == from || c->used > 0 || !idle_connected(c))
             continue;
-        char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY], tasks[SLUICE_MAX_KEY];
+        char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY], job[SLUICE_MAX_KEY];
         sluicei_key(dlv, c->queue, "dlv");
         sluicei_key(bytes, c->queue, "bytes");
-        sluicei_key(tasks, c->queue, "tasks");
+        sluicei_key(job, c->queue, "job");
         const char *a_meta[4] = {"HMGET", c->meta_key, "max_batches", "max_bytes"};
         const char *a_dlv[2] = {"HLEN", dlv}, *a_bytes[2] = {"GET", bytes};
-        const char *a_tasks[2] = {"LLEN", tasks};
+        const char *a_tasks[3] = {"HGET", job, "twaiting"};
         if (sluicei_conn_append_argv(c->conn, 4, a_meta, NULL) == SLUICE_OK &&
             sluicei_conn_append_argv(c->conn, 2, a_dlv, NULL) == SLUICE_OK &&
             sluicei_conn_append_argv(c->conn, 2, a_bytes, NULL) == SLUICE_OK &&
-            sluicei_conn_append_argv(c->conn, 2, a_tasks, NULL) == SLUICE_OK &&
+            sluicei_conn_append_argv(c->conn, 3, a_tasks, NULL) == SLUICE_OK &&
             sluicei_conn_flush(c->conn) == SLUICE_OK)
             c->probe = 1;
     }
@@ -1207,14 +1213,28 @@ static int spill_target(sluice_producer *g, const sluice_producer *from, size_t 
     return found;
 }
 
-/* Whether the child p, whose pushes were refused for lack of room, should
- * stop pushing its task (see "spilled" at the top): only inside a push
- * (not in a flush or task_done: the task's records are all read by then),
- * for a task held, and when another partition could use the producer. */
+static const char why_earlier[] =
+    "the queue is at its budget and a task of an earlier epoch waits for a producer";
+static const char why_partition[] =
+    "its partition is at its budget while another partition has room and waiting tasks";
+
+/* Whether p, whose pushes of the task it holds were refused for lack of
+ * room, should stop pushing that task and hand it back (see "spilled" at
+ * the top): when a task of an earlier epoch waits (task_renew said so;
+ * the consumers wait for that epoch, and the budget left is kept for it:
+ * docs/JOBS.md), or, in a partitioned queue, when another partition could
+ * use the producer. Sets p->spill_why. */
 static int spill_due(sluice_producer *p, const slot *s)
 {
-    return p->may_spill && p->group && p->group->nparts > 1 && p->task_held &&
-           !p->lease_lost && spill_target(p->group, p, s->frame.len);
+    if (!p->may_spill || !p->task_held || p->lease_lost)
+        return 0;
+    if (p->earlier)
+        p->spill_why = why_earlier;
+    else if (p->group && p->group->nparts > 1 && spill_target(p->group, p, s->frame.len))
+        p->spill_why = why_partition;
+    else
+        return 0;
+    return 1;
 }
 
 /* Gives the task held up for now (spill_due()). Nothing is in flight: the
@@ -1241,13 +1261,45 @@ static sluice_err spill(sluice_producer *p)
     p->oom = 0;
     p->spilled = 1;
     p->spill_resume = resume;
-    seterr(p, "task %s: partition '%s' is at its budget while another partition has room "
-           "and waiting tasks: hand the task back (sluice_producer_task_release) and claim "
-           "the next; it resumes at batch %" PRIu64, p->task_key, p->queue, resume);
+    seterr(p, "task %s: %s: hand the task back (sluice_producer_task_release) and claim the "
+           "next; it resumes at batch %" PRIu64, p->task_key, p->spill_why, resume);
     return SLUICE_ERR_FULL;
 }
 
 /* ---- waiting for room --------------------------------------------------- */
+
+/* Tells the log callback (if any) that pushes have waited waited_ms for
+ * room, and how full the queue is. Nothing is in flight. */
+static void note_room(sluice_producer *p, int64_t waited_ms)
+{
+    if (!p->log || !p->conn->ctx)
+        return;
+    char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY];
+    sluicei_key(dlv, p->queue, "dlv");
+    sluicei_key(bytes, p->queue, "bytes");
+    const char *a_meta[4] = {"HMGET", p->meta_key, "max_batches", "max_bytes"};
+    const char *a_dlv[2] = {"HLEN", dlv}, *a_bytes[2] = {"GET", bytes};
+    redisReply *r[3] = {NULL, NULL, NULL};
+    if (sluicei_conn_append_argv(p->conn, 4, a_meta, NULL) != SLUICE_OK ||
+        sluicei_conn_append_argv(p->conn, 2, a_dlv, NULL) != SLUICE_OK ||
+        sluicei_conn_append_argv(p->conn, 2, a_bytes, NULL) != SLUICE_OK)
+        return;
+    for (int i = 0; i < 3 && p->conn->ctx; i++)
+        sluicei_conn_read_reply(p->conn, &r[i]);
+    char msg[512];
+    if (r[0] && r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2 && r[1] && r[2]) {
+        snprintf(msg, sizeof msg, "queue '%s' is at its budget (it holds %lld of %lld batches, "
+                 "%.1f of %.1f MB): pushes%s%s waited %.0f s for consumers to acknowledge "
+                 "batches", p->queue, (long long)reply_int(r[1]),
+                 (long long)reply_int(r[0]->element[0]), (double)reply_int(r[2]) / 1e6,
+                 (double)reply_int(r[0]->element[1]) / 1e6, p->task_held ? " of task " : "",
+                 p->task_held ? p->task_key : "", (double)waited_ms / 1000.0);
+        p->log(p->log_arg, msg);
+    }
+    for (int i = 0; i < 3; i++)
+        if (r[i])
+            freeReplyObject(r[i]);
+}
 
 /* Waits until a push refused in state `why` is worth sending again, for
  * room at most cap_ms (when >= 0). With nothing in flight, so that a
@@ -1309,8 +1361,13 @@ static sluice_err wait_retry(sluice_producer *p, const slot *s, enum slot_state 
     }
     if (!final && (e == SLUICE_ERR_IO || !p->conn->ctx))
         e = recover(p);
-    /* A producer blocked here keeps its task: the lease is renewed; and
-     * its other partitions still see it. */
+    /* A producer blocked here keeps its task: the lease is renewed, at
+     * least every second while it waits for room (which also tells
+     * whether a task of an earlier epoch waits: spill_due()); and its
+     * other partitions still see it. */
+    if (e == SLUICE_OK && why == SLOT_FULL && p->task_held && !p->lease_lost &&
+        sluicei_now_ms() - p->renewed_ms >= 1000 && renew(p) == SLUICE_ERR_IO)
+        e = SLUICE_ERR_IO;
     if (e == SLUICE_OK)
         e = housekeep(p);
     if (e == SLUICE_OK && p->group)
@@ -1332,6 +1389,7 @@ static sluice_err retry_refused(sluice_producer *p)
 {
     int wait = 1;
     int64_t full_since = 0;   /* the partition refuses for lack of room since */
+    int64_t noted = 0;        /* when the wait was last told (note_room()) */
     while (p->nrefused > 0) {
         slot *m[GROUP_MAX];
         int k = 0, full = 0;
@@ -1364,6 +1422,12 @@ static sluice_err retry_refused(sluice_producer *p)
                 cap = SPILL_AFTER_MS - (now - full_since);
             p->st.full_waits += full;
             e = wait_retry(p, m[0], full ? SLOT_FULL : SLOT_TRANSIENT, cap);
+            now = sluicei_now_ms();
+            if (e == SLUICE_OK && full && now - full_since >= WAIT_NOTE_MS &&
+                now - noted >= (noted ? WAIT_NOTE_EVERY_MS : WAIT_NOTE_MS)) {
+                noted = now;
+                note_room(p, now - full_since);
+            }
         }
         if (e == SLUICE_OK) {
             e = send_group(p, m, k);
@@ -1455,6 +1519,9 @@ static sluice_err producer_new(sluice_producer **out, const sluice_producer_opts
     snprintf(p->id, sizeof p->id, "%s", id);
     p->reconnect_timeout_ms = o->reconnect_timeout_ms;
     p->stop = o->stop;
+    p->log = o->log;
+    p->log_arg = o->log_arg;
+    p->max_frame = SLUICEI_MAX_FRAME_DEFAULT;
     p->epoch = 0;
     p->task = ADHOC_TASK_MIN + sluicei_random64() % (ADHOC_TASK_END - ADHOC_TASK_MIN);
     p->lost_from = UINT64_MAX;
@@ -1488,6 +1555,8 @@ static uint64_t hash_str(const char *s)
         h = (h ^ (unsigned char)*s) * 1099511628211ULL;
     return h;
 }
+
+static sluice_err queue_exists(sluice_producer *p, int *exists, char *err, size_t errlen);
 
 /* Makes p the group of the nparts partitions of its queue: one child per
  * partition, connected. r is the router (NULL: every partition is on the
@@ -1524,21 +1593,32 @@ static sluice_err open_partitions(sluice_producer *p, const sluice_producer_opts
             snprintf(err, errlen, "partition '%s': %.300s", name, why);
             return e;
         }
+        int exists = 0;
+        e = queue_exists(c, &exists, err, errlen);
+        if (e == SLUICE_OK && !exists) {
+            snprintf(err, errlen, "queue '%s' has no partition '%s' (delete it and create it "
+                     "again)", p->queue, name);
+            e = SLUICE_ERR_NOQUEUE;
+        }
+        if (e != SLUICE_OK)
+            return e;
         c->opened = 1;
     }
     return SLUICE_OK;
 }
 
-/* Whether queue q exists on p's connection: SLUICE_OK and *exists, or
- * the error (err says why). */
+/* Whether queue q exists on p's connection (SLUICE_OK and *exists, with
+ * its frame limit read into p), or the error (err says why). */
 static sluice_err queue_exists(sluice_producer *p, int *exists, char *err, size_t errlen)
 {
     redisReply *r = NULL;
-    sluice_err e = sluicei_conn_command(p->conn, &r, "EXISTS %s", p->meta_key);
-    if (e == SLUICE_OK && r->type == REDIS_REPLY_INTEGER) {
-        *exists = r->integer != 0;
+    sluice_err e = sluicei_conn_command(p->conn, &r, "HMGET %s version max_frame", p->meta_key);
+    if (e == SLUICE_OK && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+        *exists = r->element[0]->type == REDIS_REPLY_STRING;
+        if (r->element[1]->type == REDIS_REPLY_STRING)
+            p->max_frame = strtoull(r->element[1]->str, NULL, 10);
     } else if (e == SLUICE_OK) {
-        snprintf(err, errlen, "EXISTS %s: unexpected reply", p->meta_key);
+        snprintf(err, errlen, "HMGET %s: unexpected reply", p->meta_key);
         e = SLUICE_ERR_PROTOCOL;
     } else {
         if (r)
@@ -1612,8 +1692,10 @@ sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opt
         e = sluicei_queue_partitions(r, p->queue, &nparts, err, sizeof err);
         if (e == SLUICE_OK && nparts == 0)
             e = routed_conn(r, p->queue, o, &p->conn, err, sizeof err);
+        if (e == SLUICE_OK && nparts == 0)
+            e = queue_exists(p, &exists, err, sizeof err);
     }
-    if (e == SLUICE_ERR_NOQUEUE || (e == SLUICE_OK && !exists && nparts == 0 && !p->conn))
+    if (e == SLUICE_ERR_NOQUEUE || (e == SLUICE_OK && !exists && nparts == 0))
         e = SLUICE_ERR_NOQUEUE;
     if (e == SLUICE_ERR_NOQUEUE)
         snprintf(err, sizeof err, "queue '%s' does not exist (create it with: sluice-ctl create %s)",
@@ -1634,10 +1716,16 @@ sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opt
  * full. */
 static sluice_err next_slot(sluice_producer *p, slot **out)
 {
-    if (p->next_seq > UINT32_MAX) {
-        seterr(p, "task %" PRIu32 ":%" PRIu64 ": all 2^32 sequence numbers used "
-               "(call sluice_producer_set_task)", p->epoch, p->task);
-        return SLUICE_ERR_INVALID;
+    if (p->next_seq > SLUICEI_MAX_SEQ) {
+        if (p->task_held || p->task < ADHOC_TASK_MIN) {
+            seterr(p, "task %" PRIu32 ":%" PRIu64 " has more than %u batches, the most one task "
+                   "may have (split its shard: split= in the manifest)", p->epoch, p->task,
+                   SLUICEI_MAX_SEQ + 1);
+            return SLUICE_ERR_INVALID;
+        }
+        /* An ad-hoc run goes on as a new ad-hoc task (unique ids). */
+        p->task = ADHOC_TASK_MIN + sluicei_random64() % (ADHOC_TASK_END - ADHOC_TASK_MIN);
+        p->next_seq = 0;
     }
     if (p->used == p->nslots) {
         sluice_err e = settle(p, p->nslots - 1);
@@ -1707,8 +1795,8 @@ static sluice_err fwd(sluice_producer *g, const sluice_producer *c, sluice_err e
 
 static sluice_err spilled_error(sluice_producer *p)
 {
-    seterr(p, "task %s was given up for lack of room in partition '%s' (SLUICE_ERR_FULL): "
-           "hand it back (sluice_producer_task_release)", p->task_key, p->queue);
+    seterr(p, "task %s was given up (%s; SLUICE_ERR_FULL): hand it back "
+           "(sluice_producer_task_release)", p->task_key, p->spill_why);
     return SLUICE_ERR_FULL;
 }
 
@@ -1758,7 +1846,18 @@ static sluice_err push_batch(sluice_producer *p, const sluice_record *recs, size
         sluicei_batch_meta m = {s->id, p->id, sluicei_wall_us()};
         e = tensors ? sluicei_wire_encode_tensors(&s->frame, &m, rows, t, nt)
                     : sluicei_wire_encode_records(&s->frame, &m, recs, n);
-        e = e != SLUICE_OK ? encode_failed(p, s, e) : launch(p, s, tensors ? rows : n);
+        if (e != SLUICE_OK) {
+            e = encode_failed(p, s, e);
+        } else if (s->frame.len > p->max_frame) {
+            /* The queue's consumers would refuse it: refused here, before
+             * it costs Redis anything. */
+            seterr(p, "push %s: batch of %zu bytes exceeds the frame limit of queue '%s', %" PRIu64
+                   " bytes (use smaller batches, or create the queue with a larger "
+                   "--max-frame-bytes)", s->idstr, s->frame.len, p->queue, p->max_frame);
+            e = SLUICE_ERR_TOOBIG;
+        } else {
+            e = launch(p, s, tensors ? rows : n);
+        }
     }
     p->may_spill = 0;
     return e;
@@ -2054,7 +2153,7 @@ static sluice_err fail_script(sluice_producer *p, const char *error, int handbac
  * counts) and SLUICE_ERR_FORMAT returned, so that the caller claims the
  * next one. */
 static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_ms,
-                            sluice_task **out)
+                            int64_t sent_ms, sluice_task **out)
 {
     uint64_t epoch, shard, attempt, batch_size, epochs, resume = 0;
     const char *key, *colon;
@@ -2069,8 +2168,9 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
     /* Held from here on, so that a bad one can be failed in its name. */
     snprintf(p->task_key, sizeof p->task_key, "%s", key);
     p->lease_ms = lease_ms;
-    p->renewed_ms = sluicei_now_ms();
+    p->renewed_ms = sent_ms;   /* the lease runs from when Redis had the claim, later */
     p->lease_lost = 0;
+    p->earlier = 0;
 
     char why[256] = "";
     task_box *b = NULL;
@@ -2105,6 +2205,7 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
     p->next_seq = 0;
     p->resume = resume;
     p->spilled = 0;
+    p->spill_why = NULL;   /* end_task() keeps it, for the group */
     p->lost_from = UINT64_MAX;
     *out = &b->t;
     return SLUICE_OK;
@@ -2138,13 +2239,13 @@ static sluice_err wait_task_wake(sluice_producer *p, int64_t ms)
 static sluice_err claim_once(sluice_producer *p, int room_only, int lease_ms, sluice_task **out,
                              char *kind, size_t kindlen)
 {
-    char now[24], lease[16];
-    wall_ms_str(now, sizeof now);
+    char lease[16];
     snprintf(lease, sizeof lease, "%d", lease_ms);
-    const char *argv[4] = {p->id, now, lease, "1"};
+    const char *argv[3] = {p->id, lease, "1"};
     redisReply *r = NULL;
     kind[0] = '\0';
-    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_CLAIM, room_only ? 4 : 3, argv, &r, NULL);
+    int64_t t0 = sluicei_now_ms();
+    sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_CLAIM, room_only ? 3 : 2, argv, &r, NULL);
     if (e != SLUICE_OK) {
         seterr(p, "task_claim on queue '%s': %s", p->queue,
                r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
@@ -2156,10 +2257,13 @@ static sluice_err claim_once(sluice_producer *p, int room_only, int lease_ms, sl
         r->element[0]->type == REDIS_REPLY_STRING)
         snprintf(kind, kindlen, "%s", r->element[0]->str);
     if (strcmp(kind, "task") == 0) {
-        e = take_task(p, r, lease_ms, out);
+        e = take_task(p, r, lease_ms, t0, out);
         freeReplyObject(r);
         return e;
     }
+    if (strcmp(kind, "done") == 0 && r->elements >= 2 &&
+        r->element[1]->type == REDIS_REPLY_INTEGER)
+        p->job_failed = (uint64_t)r->element[1]->integer;
     freeReplyObject(r);
     if (strcmp(kind, "done") != 0 && strcmp(kind, "nojob") != 0 && strcmp(kind, "wait") != 0 &&
         strcmp(kind, "full") != 0) {
@@ -2171,7 +2275,14 @@ static sluice_err claim_once(sluice_producer *p, int room_only, int lease_ms, sl
 
 static sluice_err job_finished(sluice_producer *p)
 {
-    seterr(p, "the job of queue '%s' is finished", p->queue);
+    uint64_t failed = p->job_failed;
+    for (int k = 0; k < p->nparts; k++)
+        failed += p->part[k]->job_failed;
+    if (failed)
+        seterr(p, "the job of queue '%s' is finished with %" PRIu64 " failed task%s "
+               "(sluice-ctl jobs %s)", p->queue, failed, failed == 1 ? "" : "s", p->queue);
+    else
+        seterr(p, "the job of queue '%s' is finished", p->queue);
     return SLUICE_EOF;
 }
 
@@ -2197,6 +2308,22 @@ static sluice_err claim_args(sluice_producer *p, int *lease_ms)
     if (*lease_ms == 0)
         *lease_ms = LEASE_MS_DEFAULT;
     return SLUICE_OK;
+}
+
+/* Tells the log callback (if any) that the claim has waited since `since`
+ * (monotonic ms) for a task that other producers hold. */
+static void note_task_wait(sluice_producer *p, int64_t since, int64_t *noted)
+{
+    int64_t now = sluicei_now_ms();
+    if (!p->log || now - since < WAIT_NOTE_MS ||
+        now - *noted < (*noted ? WAIT_NOTE_EVERY_MS : WAIT_NOTE_MS))
+        return;
+    *noted = now;
+    char msg[512];
+    snprintf(msg, sizeof msg, "waited %.0f s for a task of queue '%s': other producers hold the "
+             "ones left (a task comes back when its producer hands it back or its lease "
+             "runs out)", (double)(now - since) / 1000.0, p->queue);
+    p->log(p->log_arg, msg);
 }
 
 /* How long the next wait for a task may last, from the caller's deadline
@@ -2258,6 +2385,7 @@ static sluice_err group_claim(sluice_producer *g, sluice_task **out, int timeout
 {
     int n = g->nparts;
     int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
+    int64_t since = sluicei_now_ms(), noted = 0;
     sluice_err e = settle(g->part[g->cur], 0);   /* ad-hoc pushes before */
     if (e != SLUICE_OK)
         return fwd(g, g->part[g->cur], e);
@@ -2305,6 +2433,7 @@ static sluice_err group_claim(sluice_producer *g, sluice_task **out, int timeout
         if (done + nojob == n)
             return job_finished(g);
         group_beat(g, NULL);
+        note_task_wait(g, since, &noted);
         int64_t wait = GROUP_TASK_WAIT_MS;
         if ((e = claim_wait_ms(g, deadline, timeout_ms, &wait)) != SLUICE_OK)
             return e;
@@ -2325,6 +2454,7 @@ sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int
     if (e != SLUICE_OK)
         return e;
     int64_t deadline = timeout_ms < 0 ? -1 : sluicei_now_ms() + timeout_ms;
+    int64_t since = sluicei_now_ms(), noted = 0;
     for (;;) {
         if (stopped(p)) {
             seterr(p, "stopped while waiting for a task of queue '%s'", p->queue);
@@ -2342,6 +2472,7 @@ sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int
             return no_job(p);
         if ((e = housekeep(p)) != SLUICE_OK)
             return e;
+        note_task_wait(p, since, &noted);
         int64_t wait = TASK_WAIT_S * 1000;
         if ((e = claim_wait_ms(p, deadline, timeout_ms, &wait)) != SLUICE_OK ||
             (e = wait_task_wake(p, wait)) != SLUICE_OK)
@@ -2378,7 +2509,7 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
         sluice_producer *c = p->part[p->cur];
         p->task_held = NULL;
         sluice_err e = sluice_producer_task_done(c, t);
-        if (e == SLUICE_ERR_FULL)
+        if (e == SLUICE_ERR_FULL && c->spill_why == why_partition)
             p->spilled_from = p->cur;   /* handed back for lack of room */
         return fwd(p, c, e);
     }
@@ -2397,9 +2528,7 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
         uint64_t resume = resume_point(p, 0);
         e = fail_script(p, why, 1, resume);
         if (e == SLUICE_OK) {
-            seterr(p, "task %s: handed back (it resumes at batch %" PRIu64 "): partition '%s' "
-                   "is at its budget while another partition has room and waiting tasks",
-                   p->task_key, resume, p->queue);
+            seterr(p, "handed back (it resumes at batch %" PRIu64 "): %s", resume, p->spill_why);
             e = SLUICE_ERR_FULL;
         }
         end_task(p);
@@ -2473,15 +2602,17 @@ sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t)
     if (p->nparts > 0) {
         sluice_producer *c = p->part[p->cur];
         p->task_held = NULL;
-        if (c->spilled)
+        if (c->spilled && c->spill_why == why_partition)
             p->spilled_from = p->cur;
         return fwd(p, c, sluice_producer_task_release(c, t));
     }
     int ok = settle(p, 0) == SLUICE_OK;
     char why[SLUICE_MAX_PRODUCER_ID + 64];
     snprintf(why, sizeof why, "handed back by producer %s", p->id);
-    sluice_err e = p->lease_lost ? lease_lost_error(p)
-                                 : fail_script(p, why, 1, resume_point(p, ok));
+    uint64_t resume = resume_point(p, ok);
+    sluice_err e = p->lease_lost ? lease_lost_error(p) : fail_script(p, why, 1, resume);
+    if (e == SLUICE_OK && p->spilled)
+        seterr(p, "handed back (it resumes at batch %" PRIu64 "): %s", resume, p->spill_why);
     end_task(p);
     return e;
 }

@@ -12,14 +12,14 @@ holds a torch IterableDataset (PyTorch is imported only when it is used).
 """
 import atexit
 
-from ._lib import Error, Timeout, EndOfEpoch, lib as _clib
+from ._lib import Error, Timeout, EndOfEpoch, PartialEpoch, lib as _clib
 from ._consumer import Consumer, Batch, BatchId, HAVE_ACK
 from ._consumer import close_all as _close_consumers
 from ._producer import Producer
 from ._producer import close_all as _close_producers
 
 __all__ = ["Consumer", "Batch", "BatchId", "Producer", "Error", "Timeout", "EndOfEpoch",
-           "HAVE_ACK", "version", "library_path"]
+           "PartialEpoch", "HAVE_ACK", "version", "library_path"]
 
 __version__ = _clib.sluice_version().decode()
 

@@ -26,7 +26,7 @@ import time
 import weakref
 
 from . import _lib
-from ._lib import lib, Error, Timeout, EndOfEpoch
+from ._lib import lib, Error, Timeout, EndOfEpoch, PartialEpoch
 
 __all__ = ["Consumer", "Batch", "BatchId"]
 
@@ -301,13 +301,18 @@ class Consumer:
     Consumer(url, queue, rank=None, world=None, prefetch=None,
              max_batch_bytes=None, at_most_once=False, timeout_ms=None,
              consumer_id=None, connect_timeout_ms=None,
-             reconnect_timeout_ms=None, auto_release=True)
+             reconnect_timeout_ms=None, auto_release=True,
+             accept_partial=False)
 
     rank/world: this consumer's rank of `world` on a coordinated queue.
     at_most_once: batches are removed as they are taken (no ack, lost if
     the process dies). timeout_ms: how long iteration waits for a batch
     before raising sluice.Timeout (None: forever). auto_release: iteration
-    releases each batch when the loop asks for the next one.
+    releases each batch when the loop asks for the next one. An epoch that
+    ended without the records of failed tasks raises sluice.PartialEpoch
+    where its end is reached (iteration goes on with the next epoch
+    afterwards); with accept_partial it ends like any other, and
+    consumer.epoch_report says what failed.
 
     `for batch in consumer:` runs over the batches of the current epoch and
     ends at its end; iterate again for the next epoch. consumer.finished
@@ -318,7 +323,7 @@ class Consumer:
 
     def __init__(self, url, queue, rank=None, world=None, prefetch=None, max_batch_bytes=None,
                  at_most_once=False, timeout_ms=None, consumer_id=None, connect_timeout_ms=None,
-                 reconnect_timeout_ms=None, auto_release=True):
+                 reconnect_timeout_ms=None, auto_release=True, accept_partial=False):
         self._core = None
         if (rank is None) != (world is None):
             raise ValueError("rank and world go together (rank %r of world %r)" % (rank, world))
@@ -339,6 +344,7 @@ class Consumer:
         o.world = world or 0
         o.rank = rank or 0
         o.ack_mode = _lib.ACK_NONE if at_most_once else _lib.ACK_EXPLICIT
+        o.accept_partial = 1 if accept_partial else 0
         h = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
         rc = lib.sluice_consumer_open(ctypes.byref(h), ctypes.byref(o), err, len(err))
@@ -410,12 +416,38 @@ class Consumer:
                     if rc == _lib.EOF:
                         fin = bool(lib.sluice_consumer_finished(h)) if _HAVE_FINISHED else False
                         raise EndOfEpoch(epoch, fin)
+                    if rc == _lib.PARTIAL:
+                        rep = _lib.EpochReport()
+                        lib.sluice_consumer_epoch_report(h, ctypes.byref(rep))
+                        raise PartialEpoch(rep.epoch, bool(lib.sluice_consumer_finished(h)),
+                                           rep.failed_tasks,
+                                           rep.failed.decode("utf-8", "replace"))
                     if rc != _lib.TIMEOUT:
                         _lib.check(rc, lib.sluice_consumer_errstr(h))
                     if deadline is not None and time.monotonic() >= deadline:
                         return None
         finally:
             core.try_drain()
+
+    @property
+    def epoch_report(self):
+        """What the last epoch end said: a dict of epoch, failed_tasks and
+        failed (which: "epoch:shard (error); ...")."""
+        rep = _lib.EpochReport()
+        with self._core.lock:
+            lib.sluice_consumer_epoch_report(self._handle(), ctypes.byref(rep))
+        return {"epoch": rep.epoch, "failed_tasks": rep.failed_tasks,
+                "failed": rep.failed.decode("utf-8", "replace")}
+
+    @property
+    def waiting(self):
+        """(seconds waited, what for) while next_batch waits without a
+        batch ("no producer of queue 'train' is alive..."); (0.0, "") while
+        batches come."""
+        buf = ctypes.create_string_buffer(600)
+        h = self._handle()   # the call is thread-safe: no lock, next_batch may hold it
+        ms = lib.sluice_consumer_wait_status(h, buf, len(buf))
+        return ms / 1000.0, buf.value.decode("utf-8", "replace")
 
     def __iter__(self):
         return _EpochIter(self)

@@ -14,14 +14,14 @@ import ctypes
 import ctypes.util
 import os
 
-__all__ = ["lib", "Error", "Timeout", "EndOfEpoch", "check", "ERR_NAMES"]
+__all__ = ["lib", "Error", "Timeout", "EndOfEpoch", "PartialEpoch", "check", "ERR_NAMES"]
 
 # ---- errors (sluice_err) ---------------------------------------------------
 
 # Index = the C enum value; the names drop the SLUICE_ / SLUICE_ERR_ prefix.
 ERR_NAMES = ("OK", "EOF", "TIMEOUT", "IO", "PROTOCOL", "INVALID", "NOMEM", "AUTH",
-             "NOQUEUE", "EXISTS", "FULL", "TOOBIG", "FORMAT", "REDIS", "SYS")
-OK, EOF, TIMEOUT = 0, 1, 2
+             "NOQUEUE", "EXISTS", "FULL", "TOOBIG", "FORMAT", "REDIS", "SYS", "PARTIAL", "BUSY")
+OK, EOF, TIMEOUT, PARTIAL = 0, 1, 2, 15
 
 
 class Error(Exception):
@@ -67,6 +67,27 @@ class EndOfEpoch(Error):
         return (EndOfEpoch, (self.epoch, self.finished))
 
 
+class PartialEpoch(Error):
+    """An epoch ended without the records of tasks of it that failed (their
+    reader, command or plugin kept failing, or their producers kept dying;
+    code "PARTIAL"). The epoch is over all the same: the consumer goes on
+    with the next one. .epoch is the epoch, .failed_tasks how many tasks
+    failed, .failed which ("epoch:shard (error); ..."), .finished True when
+    it was the job's last epoch. Consumer(accept_partial=True) takes such
+    an end like any other instead."""
+
+    def __init__(self, epoch, finished, failed_tasks, failed):
+        self.epoch = epoch
+        self.finished = finished
+        self.failed_tasks = failed_tasks
+        self.failed = failed
+        super().__init__(PARTIAL, "epoch %d ended without the records of %d failed task%s: %s"
+                         % (epoch, failed_tasks, "" if failed_tasks == 1 else "s", failed))
+
+    def __reduce__(self):
+        return (PartialEpoch, (self.epoch, self.finished, self.failed_tasks, self.failed))
+
+
 def _error_class(code):
     return {TIMEOUT: Timeout}.get(code)
 
@@ -95,7 +116,12 @@ class ConsumerOpts(ctypes.Structure):
                 ("max_batch_bytes", ctypes.c_size_t), ("prefetch", ctypes.c_int),
                 ("connect_timeout_ms", ctypes.c_int), ("reconnect_timeout_ms", ctypes.c_int),
                 ("consumer_id", ctypes.c_char_p), ("world", ctypes.c_int), ("rank", ctypes.c_int),
-                ("ack_mode", ctypes.c_int)]
+                ("ack_mode", ctypes.c_int), ("accept_partial", ctypes.c_int)]
+
+
+class EpochReport(ctypes.Structure):
+    _fields_ = [("epoch", ctypes.c_uint32), ("failed_tasks", ctypes.c_uint32),
+                ("failed", ctypes.c_char * 512)]
 
 
 ACK_EXPLICIT, ACK_NONE = 0, 1
@@ -112,7 +138,8 @@ class ProducerOpts(ctypes.Structure):
     _fields_ = [("redis_url", ctypes.c_char_p), ("queue", ctypes.c_char_p),
                 ("producer_id", ctypes.c_char_p), ("max_inflight", ctypes.c_int),
                 ("connect_timeout_ms", ctypes.c_int), ("reconnect_timeout_ms", ctypes.c_int),
-                ("stop", ctypes.POINTER(ctypes.c_int))]
+                ("stop", ctypes.POINTER(ctypes.c_int)), ("log", ctypes.c_void_p),
+                ("log_arg", ctypes.c_void_p)]
 
 
 PRODUCER_STATS = ("batches", "records", "bytes", "duplicates", "full_waits", "blocked_us",
@@ -176,6 +203,8 @@ def _declare(lib):
         "sluice_consumer_stats_get": (None, [c_void_p, P(ConsumerStats)]),
         "sluice_consumer_errstr": (c_char_p, [c_void_p]),
         "sluice_consumer_id": (c_char_p, [c_void_p]),
+        "sluice_consumer_epoch_report": (None, [c_void_p, P(EpochReport)]),
+        "sluice_consumer_wait_status": (ctypes.c_int64, [c_void_p, ctypes.c_char_p, c_size_t]),
         # batch.h
         "sluice_batch_get_id": (BatchId, [c_void_p]),
         "sluice_batch_producer": (c_char_p, [c_void_p]),

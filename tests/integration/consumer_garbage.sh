@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hostile values in a queue: not msgpack, a truncated frame, a frame over
-# the consumer's size limit, format version 2, an allocation bomb, a frame
+# the queue's frame limit, format version 2, an allocation bomb, a frame
 # stored under another batch's id, and an id that is no batch id at all.
 # Each goes to the dead-letter list with its reason; the consumer carries
 # on and the valid batches behind them arrive intact.
@@ -10,7 +10,7 @@ need_bin sluice-ctl sluice-consume
 
 redis_tmp_start
 q=garbage
-ctl create "$q" --max-batches 100 --max-bytes 64M >/dev/null
+ctl create "$q" --max-batches 100 --max-bytes 64M --max-frame-bytes 2000 >/dev/null
 good=$(
 "$PY" - "$REDIS_PORT" "$q" "$BUILD/sluice-ctl" "$ROOT/tests/integration" <<'PYEOF'
 import sys
@@ -20,7 +20,7 @@ j = Job(sys.argv[1], sys.argv[2], sys.argv[3])
 ok = frame(0, 1, 5, [b"x" * 10])
 j.raw("0:1:0", b"hello, this is not msgpack")
 j.raw("0:1:1", frame(0, 1, 1, [b"truncated" * 20])[:-7])
-j.raw("0:1:2", frame(0, 1, 2, [b"y" * 3000]))            # over --max-batch-bytes 2000
+j.raw("0:1:2", frame(0, 1, 2, [b"y" * 3000]))            # over --max-frame-bytes 2000
 j.raw("0:1:3", frame(0, 1, 3, [b"v2"], version=2))
 j.raw("0:1:4", b"\xdd\x20\x00\x00\x00")                  # array of 2^29 elements in 5 bytes
 j.raw("0:1:5", frame(0, 1, 99, [b"mismatch"]))           # carries 0:1:99
@@ -37,8 +37,16 @@ PYEOF
 ) || fail "pushing the test values failed"
 note "valid: $good"
 
+# A consumer whose own limit is below the queue's would dead-letter what
+# producers may push: refused at open.
+rc=0
+err=$("$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" --max-batch-bytes 1000 \
+    --timeout-ms 100 2>&1 >/dev/null) || rc=$?
+((rc == 2)) && [[ $err == *"admits frames of up to 2000 bytes"* ]] ||
+    fail "a consumer limit below the queue's frame limit: exit $rc, $err"
+
 out=$("$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" --summary --quiet \
-    --max-batch-bytes 2000 --timeout-ms 1500 2>"$T/err") || fail "consumer failed: $out $(cat "$T/err")"
+    --timeout-ms 1500 2>"$T/err") || fail "consumer failed: $out $(cat "$T/err")"
 note "consumer: $out"
 note "stderr: $(cat "$T/err")"
 [[ $(kv batches "$out") == 3 ]] || fail "consumer got $(kv batches "$out") batches, expected the 3 valid ones"

@@ -69,13 +69,22 @@ class Job:
         return self.r.eval(self.source(name), 1, self.meta, *args)
 
     def submit(self, epochs, ntasks):
-        args = [epochs, ntasks, 4, 0, 3, int(time.time() * 1e6)]
-        args += ["lines /dev/null %d" % s for s in range(ntasks)]
-        args += [",".join(str(s) for s in range(ntasks)) for _ in range(epochs)]
-        return self.script("submit", *args)
+        """The submit script's steps (docs/PROTOCOL.md): begin, clear what
+        a previous job left, the definitions, each epoch's tasks, commit."""
+        tok = "jobtool-%d" % time.time_ns()
+        left = self.script("submit", "begin", tok, epochs, ntasks, 4, "", 3, 20)
+        while left:
+            left = self.script("submit", "clear", tok)
+        defs = []
+        for s in range(ntasks):
+            defs += [s, "lines\t\t\t/dev/null-%d" % s]
+        self.script("submit", "defs", tok, *defs)
+        for e in range(epochs):
+            self.script("submit", "tasks", tok, e, *["%d:%d" % (e, s) for s in range(ntasks)])
+        return self.script("submit", "commit", tok)
 
     def claim(self):
-        res = self.script("task_claim", PRODUCER, int(time.time() * 1000), 60000)
+        res = self.script("task_claim", PRODUCER, 60000)
         if res[0] != b"task":
             raise SystemExit("task_claim: %r" % (res,))
         return res[1].decode()

@@ -9,7 +9,7 @@ need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
 redis_tmp_start
 q=poison
 gen "$T/in.tfrecord" 5 3 10 100 >/dev/null
-ctl create "$q" --max-batches 100 --max-bytes 64M --lease-ms 600 --max-deliveries 3 >/dev/null
+ctl create "$q" --max-batches 100 --max-bytes 64M --lease-ms 1000 --max-deliveries 3 >/dev/null
 "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --format tfrecord --batch-size 10 \
     --quiet "$T/in.tfrecord" || fail "producer failed"
 

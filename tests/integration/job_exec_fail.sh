@@ -4,7 +4,9 @@
 # the tail of the command's stderr, which sluice-ctl info shows (text and
 # JSON). The other tasks complete, the epoch ends without the failed task,
 # both producers exit 0, and the consumer gets exactly the records of the
-# good tasks, as the command wrote them.
+# good tasks, as the command wrote them, and is told: the end of the epoch
+# names the failed task and its error, and it exits 3. The job ends
+# "finished with 1 failed task".
 # shellcheck source=tests/integration/_lib.sh
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
@@ -56,7 +58,9 @@ for k in 1 2; do
     ((rc == 0)) || fail "producer $k exit $rc (expected 0: a failed task is not a producer error): $(cat "$T/p$k.err")"
 done
 rc=0; wait_pid "$c" 30 || rc=$?
-((rc == 0)) || fail "consumer exit $rc: $(cat "$T/c.err")"
+((rc == 3)) || fail "consumer exit $rc, expected 3 (an epoch lost records): $(cat "$T/c.err")"
+grep -q "epoch 0 ended without the records of 1 failed task: 0:1 (exec: .*exited with status 1: .*boom)" \
+    "$T/c.err" || fail "the consumer did not say which task failed: $(cat "$T/c.err")"
 
 attempts=$(cat "$T/p1.err" "$T/p2.err" | grep -c "task 0:1 .*failed: exec: .*exited with status 1: .*boom") || true
 ((attempts == 3)) || fail "expected 3 failed attempts of task 0:1 on the producers' stderr, got $attempts: $(cat "$T/p1.err" "$T/p2.err")"
@@ -67,7 +71,7 @@ note "consumer: $line"
 
 info=$(ctl info "$q")
 note "$info"
-grep -qx "job: finished" <<<"$info" || fail "job not finished"
+grep -qx "job: finished with 1 failed task" <<<"$info" || fail "job not finished with 1 failed task"
 grep -qx "tasks_done: 3" <<<"$info" || fail "tasks_done is not 3"
 grep -qx "tasks_failed: 1" <<<"$info" || fail "tasks_failed is not 1"
 grep -q "^failed 0:1: attempts 3: exec: .*exited with status 1: .*boom" <<<"$info" ||

@@ -46,7 +46,7 @@ rc=0; wait_pid "$a" 5 || rc=$?
 note "A: $(tr '\n' '|' <"$T/a.err")"
 grep -q "task 0:0 .*handed back" "$T/a.err" || fail "A did not report handing task 0:0 back"
 [[ $(rcli HGET "sluice:{$q}:tattempts" 0:0) == 0 ]] || fail "the handed-back task counted as an attempt"
-[[ $(rcli LINDEX "sluice:{$q}:tasks" 0) == 0:0 ]] || fail "0:0 is not first in the waiting list: $(rcli LRANGE "sluice:{$q}:tasks" 0 -1)"
+[[ $(rcli LINDEX "sluice:{$q}:tasks:0" 0) == 0:0 ]] || fail "0:0 is not first in the waiting list: $(rcli LRANGE "sluice:{$q}:tasks:0" 0 -1)"
 [[ $(rcli ZCARD "sluice:{$q}:tlease") == 0 ]] || fail "a lease is left after the hand-back"
 [[ $(rcli HGET "sluice:{$q}:terr" 0:0) == "handed back by producer A" ]] ||
     fail "terr of 0:0: '$(rcli HGET "sluice:{$q}:terr" 0:0)'"

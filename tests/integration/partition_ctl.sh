@@ -174,8 +174,9 @@ for p in 0 1 2 3; do
             fail "partition $p: definition of shard $s differs from the plain queue's"
     done
     # The tasks in each epoch's order, without the other partitions' shards.
-    mine=$(rcli LRANGE "sluice:{pq#$p}:tasks" 0 -1 | paste -sd' ')
-    expected=$(rcli LRANGE "sluice:{plainq}:tasks" 0 -1 | awk -F: -v p="$p" '$2 % 4 == p' | paste -sd' ')
+    mine=$(for e in 0 1; do rcli LRANGE "sluice:{pq#$p}:tasks:$e" 0 -1; done | paste -sd' ')
+    expected=$(for e in 0 1; do rcli LRANGE "sluice:{plainq}:tasks:$e" 0 -1; done |
+        awk -F: -v p="$p" '$2 % 4 == p' | paste -sd' ')
     [[ $mine == "$expected" ]] || fail "partition $p tasks '$mine', expected '$expected'"
 done
 jobs=$(ctl jobs pq) || fail "jobs pq failed"
@@ -249,16 +250,20 @@ grep -qF "partition 1: lq#1 on redis://127.0.0.1:$B/0" <<<"$info" &&
 create_src=$("$BUILD/sluice-ctl" script create) || fail "sluice-ctl script create"
 submit_src=$("$BUILD/sluice-ctl" script submit) || fail "sluice-ctl script submit"
 meta='sluice:{again}:meta'
-create() { rcli EVAL "$create_src" 1 "$meta" 8 1048576 "$1" 0 '' 10000 3 2>&1; }
-submit() { rcli EVAL "$submit_src" 1 "$meta" 1 2 10 0 3 "$1" 'lines a' 'lines b' '1,0' 2>&1; }
+create() { rcli EVAL "$create_src" 1 "$meta" 8 1048576 "$1" 0 '' 10000 3 65536 2>&1; }
+step() { rcli EVAL "$submit_src" 1 "$meta" "$@" 2>&1; }
 [[ $(create 111) == 1 ]] || fail "create: $(create 111)"
 [[ $(create 111) == 1 ]] || fail "create sent again refused: $(create 111)"
 [[ $(create 112) == *EXISTS* ]] || fail "create with another time stamp: $(create 112)"
-[[ $(submit 222) == 2 ]] || fail "submit: $(submit 222)"
-[[ $(submit 222) == 2 ]] || fail "submit sent again refused: $(submit 222)"
-[[ $(rcli LLEN 'sluice:{again}:tasks') == 2 ]] ||
-    fail "submit sent again queued the tasks twice: $(rcli LRANGE 'sluice:{again}:tasks' 0 -1)"
-[[ $(submit 223) == *JOBEXISTS* ]] || fail "submit with another time stamp: $(submit 223)"
+[[ $(step begin t222 1 2 10 '' 3 20) == 0 ]] || fail "begin: $(step begin t222 1 2 10 '' 3 20)"
+step defs t222 0 $'lines\t\t\ta' 1 $'lines\t\t\tb' >/dev/null
+step tasks t222 0 0:1 0:0 >/dev/null
+[[ $(step commit t222) == 2 ]] || fail "commit: $(step commit t222)"
+[[ $(step commit t222) == 2 ]] || fail "commit sent again refused: $(step commit t222)"
+[[ $(step begin t222 1 2 10 '' 3 20) == 0 ]] || fail "begin sent again after the commit: $(step begin t222 1 2 10 '' 3 20)"
+[[ $(rcli LLEN 'sluice:{again}:tasks:0') == 2 ]] ||
+    fail "submit sent again queued the tasks twice: $(rcli LRANGE 'sluice:{again}:tasks:0' 0 -1)"
+[[ $(step begin t223 1 2 10 '' 3 20) == *JOBEXISTS* ]] || fail "submit with another token: $(step begin t223 1 2 10 '' 3 20)"
 ctl delete again >/dev/null || fail "delete again"
 
 ((failures == 0)) || fail "$failures refused commands misbehaved"

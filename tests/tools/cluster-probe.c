@@ -163,9 +163,9 @@ static int run(sluicei_router *r, int argc, char **argv)
     if (strcmp(verb, "create") == 0 && (argc == 2 || argc == 4)) {
         char now[32];
         snprintf(now, sizeof now, "%llu", (unsigned long long)sluicei_wall_us());
-        const char *av[9] = {"0", "0", now, "0", "drop", "30000", "5",
-                             argc == 4 ? argv[2] : "", argc == 4 ? argv[3] : ""};
-        e = sluicei_router_script(r, q, deadline(), SLUICEI_SCRIPT_CREATE, 9, av, NULL, &rep);
+        const char *av[10] = {"0", "0", now, "0", "drop", "30000", "5", "67108864",
+                              argc == 4 ? argv[2] : "", argc == 4 ? argv[3] : ""};
+        e = sluicei_router_script(r, q, deadline(), SLUICEI_SCRIPT_CREATE, 10, av, NULL, &rep);
         return show(r, e, rep);
     }
     if (strcmp(verb, "partitions") == 0 && argc == 2) {

@@ -213,6 +213,64 @@ static void test_script_sources(void)
     CHECK(sluicei_script_source((sluicei_script_id)-1) == NULL);
 }
 
+/* The ids a list may hold (lib.lua: valid_id): canonical decimal, seq at
+ * most SLUICEI_MAX_SEQ, an optional ":pad<k>"; byte for byte. */
+static void test_rid_check(void)
+{
+    static const struct {
+        const char *s;
+        size_t len;       /* 0: strlen */
+        int ok, padding;
+        size_t base;
+    } cases[] = {
+        {"0:0:0", 0, 1, 0, 5},
+        {"4294967295:18446744073709551615:16777215", 0, 1, 0, 40},
+        {"3:7:2:pad1", 0, 1, 1, 5},
+        {"3:7:2:pad999999", 0, 1, 1, 5},
+        {"0:0:16777216", 0, 0, 0, 0},         /* seq above the bitmap bound */
+        {"0:0:4294967295", 0, 0, 0, 0},
+        {"4294967296:0:0", 0, 0, 0, 0},       /* epoch >= 2^32 */
+        {"0:18446744073709551616:0", 0, 0, 0, 0},
+        {"01:0:0", 0, 0, 0, 0},               /* not canonical */
+        {"0:00:0", 0, 0, 0, 0},
+        {"0:0", 0, 0, 0, 0},
+        {"0:0:0:", 0, 0, 0, 0},
+        {"0:0:0:pad", 0, 0, 0, 0},
+        {"0:0:0:pad0", 0, 0, 0, 0},
+        {"0:0:0:pad1000000", 0, 0, 0, 0},
+        {"0:0:0:pax1", 0, 0, 0, 0},
+        {"eof:3", 0, 0, 0, 0},
+        {"", 0, 0, 0, 0},
+        {"0:1\0:2", 6, 0, 0, 0},              /* a NUL inside */
+        {"0:1:2\0", 6, 0, 0, 0},              /* a NUL after it */
+        {" 0:1:2", 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len = cases[i].len ? cases[i].len : strlen(cases[i].s), base = 99;
+        int pad = 99;
+        int ok = sluicei_rid_check(cases[i].s, len, &base, &pad);
+        if (ok != cases[i].ok)
+            fprintf(stderr, "    '%s': got %d\n", cases[i].s, ok);
+        CHECK(ok == cases[i].ok);
+        if (ok && cases[i].ok)
+            CHECK(pad == cases[i].padding && base == cases[i].base);
+    }
+}
+
+static void test_marker_parse(void)
+{
+    uint32_t e = 7;
+    CHECK(sluicei_marker_parse("eof:0", 5, &e) && e == 0);
+    CHECK(sluicei_marker_parse("eof:4294967295", 14, &e) && e == UINT32_MAX);
+    CHECK(!sluicei_marker_parse("eof:4294967296", 14, &e));
+    CHECK(!sluicei_marker_parse("eof:", 4, &e));
+    CHECK(!sluicei_marker_parse("eof:01", 6, &e));
+    CHECK(!sluicei_marker_parse("eof:1x", 6, &e));
+    CHECK(!sluicei_marker_parse("eof:1\0", 6, &e));
+    CHECK(!sluicei_marker_parse("EOF:1", 5, &e));
+    CHECK(!sluicei_marker_parse("0:0:0", 5, &e));
+}
+
 const struct test proto_tests[] = {
     {"proto/queue names", test_queue_names},
     {"proto/keys", test_keys},
@@ -221,5 +279,7 @@ const struct test proto_tests[] = {
     {"proto/batch id honours len", test_batch_id_length},
     {"proto/reply error codes", test_reply_error_code},
     {"proto/script sources", test_script_sources},
+    {"proto/rid check", test_rid_check},
+    {"proto/end marker", test_marker_parse},
     {NULL, NULL},
 };

@@ -29,7 +29,7 @@ typedef enum sluice_err {
     SLUICE_ERR_PROTOCOL,   /* malformed frame or unexpected Redis reply */
     SLUICE_ERR_INVALID,    /* bad argument: URL, option, flag */
     SLUICE_ERR_NOMEM,      /* allocation failed */
-    SLUICE_ERR_AUTH,       /* Redis refused the credentials */
+    SLUICE_ERR_AUTH,       /* Redis refused the credentials, or a command they do not permit */
     SLUICE_ERR_NOQUEUE,    /* the queue does not exist (sluice-ctl create) */
     SLUICE_ERR_EXISTS,     /* the queue exists already */
     SLUICE_ERR_FULL,       /* the queue is at its budget */
@@ -37,6 +37,8 @@ typedef enum sluice_err {
     SLUICE_ERR_FORMAT,     /* corrupt or truncated input file */
     SLUICE_ERR_REDIS,      /* Redis answered with an error */
     SLUICE_ERR_SYS,        /* a system call failed (see errstr) */
+    SLUICE_ERR_PARTIAL,    /* the end of an epoch that lost records: tasks of it failed */
+    SLUICE_ERR_BUSY,       /* the consumer id or rank is held by another live consumer */
 } sluice_err;
 
 /* Returns a static, human-readable name for e ("connection lost", ...).

@@ -21,10 +21,27 @@
  * Delivery: a batch that next() returns is held in this consumer's pending
  * list in Redis until sluice_batch_release() acknowledges it; if the process
  * dies first, the batch stays there (it is not lost): once the consumer's
- * lease (the queue's lease_ms) runs out, any other consumer hands it back
- * to the queue and it is delivered again, with sluice_batch_deliveries()
- * above 1. Closing the consumer hands every batch it still holds back to the
- * queue at once.
+ * lease (the queue's lease_ms, on the Redis server's clock) runs out, any
+ * other consumer hands it back to the queue and it is delivered again, with
+ * sluice_batch_deliveries() above 1. Before next() returns a batch, Redis
+ * has been told that the application received it (one write, no round
+ * trip): so a batch that was only prefetched goes back uncounted and
+ * unflagged, and only batches an application received count toward the
+ * queue's max_deliveries. Closing the consumer hands every batch it still
+ * holds back to the queue at once.
+ *
+ * Leases: the consumer renews its lease with every heartbeat and take. If
+ * it was silent for longer than the lease (the process was frozen, or
+ * starved of CPU), the batches it held went back to the queue: it then
+ * drops what it had prefetched instead of handing it out, and next() hands
+ * out a prefetched batch only while the lease is known to run. A batch
+ * the application still held comes back to whichever consumer takes it,
+ * flagged; this one's later release() changes nothing in Redis. A consumer
+ * never acknowledges a batch its application has not released.
+ *
+ * One consumer per id and per rank: open() refuses a consumer id, or a
+ * coordinated rank, that a live consumer holds (SLUICE_ERR_BUSY, naming
+ * it); a holder that died is waited for until its lease runs out.
  *
  * Prefetch: each consumer runs a background thread with its own event loop
  * and two Redis connections. It keeps up to `prefetch` decoded batches
@@ -58,9 +75,9 @@
  * replica (or a second passed).
  *
  * Thread-safety: next() is called by one thread at a time.
- * sluice_batch_release(), sluice_consumer_stats_get(), _epoch(), _finished()
- * and _id() may be called from any thread, also while another thread waits
- * in next(). errstr() belongs to the thread that called next(). close() must
+ * sluice_batch_release(), sluice_consumer_stats_get(), _epoch(), _finished(),
+ * _epoch_report(), _wait_status() and _id() may be called from any thread,
+ * also while another thread waits in next(). errstr() belongs to the thread that called next(). close() must
  * not run concurrently with any other call on the consumer or on its
  * batches. Different consumers are independent. The library's thread blocks
  * every signal (so SIGPIPE from a socket Redis closed never reaches it). */
@@ -96,7 +113,9 @@ typedef struct sluice_consumer_opts {
                                  redis+cluster://[user[:pass]@]host:port[,host:port...]
                                  or a list redis://a:1,redis://b:2 */
     const char *queue;        /* an existing queue (sluice-ctl create) */
-    size_t max_batch_bytes;   /* larger frames are refused; 0: SLUICE_MAX_BATCH_BYTES_DEFAULT */
+    size_t max_batch_bytes;   /* 0: the queue's frame limit (sluice-ctl create
+                                 --max-frame-bytes), which no producer exceeds; a value
+                                 below it is refused by open() */
     int prefetch;             /* decoded batches held ready ahead of next(); 0: 4 */
     int connect_timeout_ms;   /* 0: SLUICE_CONNECT_TIMEOUT_MS_DEFAULT */
     int reconnect_timeout_ms; /* give up a lost connection after this long; 0: wait forever */
@@ -105,6 +124,8 @@ typedef struct sluice_consumer_opts {
                                  the queue); 0: a free consumer of a free queue */
     int rank;                 /* coordinated queues: this consumer's rank, 0..N-1 */
     sluice_ack_mode ack_mode; /* SLUICE_ACK_EXPLICIT (default) or SLUICE_ACK_NONE */
+    int accept_partial;       /* 1: the end of an epoch that lost records to failed tasks is
+                                 SLUICE_EOF like any other; 0: SLUICE_ERR_PARTIAL */
 } sluice_consumer_opts;
 
 /* Connects, checks that the queue exists and matches world (a coordinated
@@ -116,8 +137,10 @@ typedef struct sluice_consumer_opts {
  * (sluice_consumer_close()). On failure *out is NULL; when errbuf is not
  * NULL it receives the reason (errlen bytes, NUL-terminated):
  * SLUICE_ERR_INVALID for bad options or a world/rank that does not fit the
- * queue, SLUICE_ERR_NOQUEUE, SLUICE_ERR_IO, SLUICE_ERR_AUTH... o is not
- * kept after the call. Thread-safe. */
+ * queue, SLUICE_ERR_BUSY when a live consumer holds the consumer id or the
+ * rank (open() waits up to the queue's lease for a holder that stopped
+ * renewing: a process that died), SLUICE_ERR_NOQUEUE, SLUICE_ERR_IO,
+ * SLUICE_ERR_AUTH... o is not kept after the call. Thread-safe. */
 sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
                                 char *errbuf, size_t errlen);
 
@@ -130,7 +153,11 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
  * the SLUICE_EOF comes within a round trip of the end of e being posted.
  * After the last epoch of the job, next() returns SLUICE_EOF for good and
  * sluice_consumer_finished() returns 1 (already right after the SLUICE_EOF
- * of the last epoch). A queue fed without a job has a single epoch 0 that
+ * of the last epoch). The end of an epoch that lost records, because tasks
+ * of it failed (their reader, --exec command or plugin kept failing, or
+ * their producers kept dying), is SLUICE_ERR_PARTIAL instead of SLUICE_EOF
+ * (unless opts.accept_partial): the epoch is over all the same, and errstr
+ * and sluice_consumer_epoch_report() say how many tasks failed and which. A queue fed without a job has a single epoch 0 that
  * never ends. In a coordinated queue every rank gets the same number of
  * batches per epoch; with the remainder policy "pad" some are padding
  * copies (sluice_batch_is_padding()). In a partitioned queue an epoch ends
@@ -142,7 +169,8 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
  * On SLUICE_OK *out belongs to the caller until sluice_batch_release(); its
  * records and tensors point into the batch and are valid until then. On any
  * other result *out is NULL: SLUICE_ERR_TIMEOUT when nothing arrived in
- * time (errstr then says "reconnecting: ..." if Redis is out of reach);
+ * time (errstr then says "reconnecting: ..." if Redis is out of reach;
+ * sluice_consumer_wait_status() says what it waits for);
  * SLUICE_ERR_IO when the connection was lost and not regained within
  * reconnect_timeout_ms (again on every call until it is regained; the
  * library keeps trying); SLUICE_ERR_NOQUEUE when the queue was deleted;
@@ -153,8 +181,11 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
  * validation is moved to the queue's dead-letter list with the reason,
  * counted (stats.invalid) and described in errstr; next() goes on with the
  * following batch. A batch this consumer already returned in the current
- * epoch (a duplicate after a lease ran out) is acknowledged and dropped
- * (stats.duplicates). */
+ * epoch (a duplicate after a lease ran out) is dropped (stats.duplicates):
+ * acknowledged when the application released it already, else left for the
+ * release of the copy the application holds. SLUICE_ERR_AUTH also when the
+ * credentials lack a permission the protocol needs (errstr names it);
+ * SLUICE_ERR_BUSY when another process took over this consumer's id. */
 sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int timeout_ms);
 
 /* Acknowledges b and frees it: after the call b is no longer valid, nor is
@@ -207,6 +238,27 @@ uint32_t sluice_consumer_epoch(const sluice_consumer *c);
  * job had ended before the consumer opened): next() then returns
  * SLUICE_EOF for good; else 0. Thread-safe. */
 int sluice_consumer_finished(const sluice_consumer *c);
+
+/* What the end of an epoch said: its number, and the tasks of it that
+ * failed (their records never came). */
+typedef struct sluice_epoch_report {
+    uint32_t epoch;           /* the epoch that ended */
+    uint32_t failed_tasks;    /* its tasks recorded as failed */
+    char failed[512];         /* which: "epoch:shard (error)", joined by "; ",
+                                 cut with "..." when longer; "" when none */
+} sluice_epoch_report;
+
+/* Fills *r with the report of the last epoch whose end next() returned
+ * (SLUICE_EOF or SLUICE_ERR_PARTIAL); all zero before the first.
+ * Thread-safe. */
+void sluice_consumer_epoch_report(const sluice_consumer *c, sluice_epoch_report *r);
+
+/* What a consumer waiting for batches waits for, to tell its user: writes
+ * one line to buf ("no producer of queue 'train' is alive", "the queue has
+ * no job", "reconnecting: ...", "the producers are working (3 alive)") and
+ * returns how long next() has been waiting without a batch, in ms; 0 and
+ * "" while batches come. Thread-safe. */
+int64_t sluice_consumer_wait_status(const sluice_consumer *c, char *buf, size_t len);
 
 /* The detail of the last failure of next() on c, or of the last frame it
  * sent to the dead letters (one line, owned by c, valid until the next call

@@ -53,6 +53,13 @@ typedef struct sluice_producer_opts {
     int connect_timeout_ms;     /* 0: SLUICE_CONNECT_TIMEOUT_MS_DEFAULT */
     int reconnect_timeout_ms;   /* give up a lost connection after this long; 0: forever */
     volatile int *stop;         /* optional: when *stop != 0, waits end with SLUICE_ERR_IO */
+    /* Optional: called (on the calling thread, inside a push or claim) with
+     * one line when a wait lasts: after 5 s, and every 30 s while it lasts,
+     * for room in a queue at its budget ("queue 'train' is at its budget
+     * (it holds 64 of 64 batches...): ... waited 5 s for consumers to
+     * acknowledge batches") and for a task that others hold. */
+    void (*log)(void *arg, const char *msg);
+    void *log_arg;
 } sluice_producer_opts;
 
 /* Connects and checks that the queue exists (a partitioned queue: connects

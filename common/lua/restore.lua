@@ -1,0 +1,70 @@
+#!lua flags=allow-oom
+-- restore: ARGV cid, token, then pairs of kind and id: 'held' for a batch
+-- the consumer's application holds, 'acked' for one it acknowledged in
+-- the last seconds. A consumer sends it after every reconnect, so that
+-- when Redis lost its last writes (appendfsync everysec and a crash of its
+-- host) what they said is put back; when nothing was lost it changes
+-- nothing. A held batch missing from the consumer's pending list (its
+-- take was lost) is taken back from its list, or, when another consumer
+-- holds it, counted so that its next delivery is flagged. An acknowledged
+-- batch whose acknowledgement was lost is acknowledged again. When the
+-- push of either was lost too, the batch is recorded in redo: its push,
+-- redone, is dropped (acked) or stored with a delivery counted (held).
+-- Returns how many batches it put back.
+--! include lib
+local nq = noqueue() if nq then return nq end
+local now = now_ms()
+local cid, tok = ARGV[1], ARGV[2]
+if redis.call('HGET', pre .. 'ctoken', cid) ~= tok then return 0 end
+local pending = pre .. 'pending:' .. cid
+local rank = redis.call('HGET', pre .. 'crank', cid)
+local n = 0
+-- Takes id out of the list it waits in; true when it was there.
+local function unlist(id)
+  local home = ready_key(string.match(id, '^(%d+):'), rank)
+  if redis.call('LREM', home, 1, id) == 1 then return true end
+  local late = requeue_list(id, rank)
+  return late ~= home and redis.call('LREM', late, 1, id) == 1
+end
+for i = 3, #ARGV - 1, 2 do
+  local kind, id = ARGV[i], ARGV[i + 1]
+  if valid_id(id) then
+    local e, t, q = string.match(id, '^(%d+):(%d+):(%d+)')
+    local acked = redis.call('GETBIT', pre .. 'acked:' .. e .. ':' .. t, q) == 1
+    local held = redis.call('HEXISTS', pre .. 'dlv', id) == 1
+    if acked then
+      -- Nothing was lost.
+    elseif not held then
+      redis.call('HSET', pre .. 'redo', id, kind)
+      n = n + 1
+    elseif kind == 'acked' then
+      if redis.call('LREM', pending, 1, id) == 1 or unlist(id) then
+        -- Acknowledged again: as ack does for a batch held.
+        local bm = pre .. 'acked:' .. e .. ':' .. t
+        redis.call('SETBIT', bm, q, 1)
+        redis.call('SADD', pre .. 'bitmaps', bm)
+        local size = forget(id)
+        redis.call('HINCRBY', pre .. 'stats', 'acked', 1)
+        redis.call('HINCRBY', pre .. 'stats', 'acked_bytes', size)
+        redis.call('HINCRBY', pre .. 'estats', e .. ':acked', 1)
+      else
+        redis.call('HINCRBY', pre .. 'dlv', id, 1)
+      end
+      n = n + 1
+    elseif not redis.call('LPOS', pending, id) then
+      if unlist(id) then
+        redis.call('LPUSH', pending, id)
+        redis.call('PEXPIREAT', pre .. 'b:' .. id, 253402300799000)
+      else
+        redis.call('HINCRBY', pre .. 'dlv', id, 1)
+      end
+      n = n + 1
+    end
+  end
+end
+if n > 0 then
+  redis.call('HINCRBY', pre .. 'stats', 'restored', n)
+  wake_producers()
+  final_if_drained()
+end
+return n
