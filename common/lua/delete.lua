@@ -86,7 +86,8 @@ local keys = {}
 for i, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'ctoken', 'crank',
                     'rholder', 'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'taskdef',
                     'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches', 'tresume',
-                    'failed', 'edone', 'eof', 'task_wake', 'jstage', 'jstage:taskdef'}) do
+                    'failed', 'edone', 'eof', 'task_wake', 'jstage', 'jstage:taskdef',
+                    'redo'}) do
   keys[i] = pre .. s
 end
 n = n + redis.call('UNLINK', unpack(keys))

@@ -4,9 +4,10 @@
 -- the last seconds. A consumer sends it after every reconnect, so that
 -- when Redis lost its last writes (appendfsync everysec and a crash of its
 -- host) what they said is put back; when nothing was lost it changes
--- nothing. A held batch missing from the consumer's pending list (its
--- take was lost) is taken back from its list, or, when another consumer
--- holds it, counted so that its next delivery is flagged. An acknowledged
+-- nothing. A held batch gets its mark again (lib.lua: handed); one
+-- missing from the consumer's pending list (its take was lost) is taken
+-- back from its list, or, when another consumer holds it, counted so that
+-- its next delivery is flagged. An acknowledged
 -- batch whose acknowledgement was lost is acknowledged again. When the
 -- push of either was lost too, the batch is recorded in redo: its push,
 -- redone, is dropped (acked) or stored with a delivery counted (held).
@@ -51,7 +52,10 @@ for i = 3, #ARGV - 1, 2 do
         redis.call('HINCRBY', pre .. 'dlv', id, 1)
       end
       n = n + 1
-    elseif not redis.call('LPOS', pending, id) then
+    elseif redis.call('LPOS', pending, id) then
+      -- Its mark may have been written into the connection that broke.
+      redis.call('PEXPIREAT', pre .. 'b:' .. id, 253402300799000)
+    else
       if unlist(id) then
         redis.call('LPUSH', pending, id)
         redis.call('PEXPIREAT', pre .. 'b:' .. id, 253402300799000)

@@ -97,7 +97,7 @@ if op == 'commit' then
   end
   for _, k in ipairs({'job', 'taskdef', 'tlease', 'towner', 'tattempts', 'tcrashes', 'terr',
                       'tbatches', 'tresume', 'failed', 'edone', 'eof', 'estats',
-                      'bitmaps'}) do
+                      'bitmaps', 'redo'}) do
     redis.call('UNLINK', pre .. k)
   end
   if nshards > 0 then redis.call('RENAME', pre .. 'jstage:taskdef', pre .. 'taskdef') end

@@ -1067,6 +1067,7 @@ typedef struct qinfo {
     redisReply *producers, *consumers, *crank;
     long long held, bytes, ready, pending, dead;
     long long waiting, claimed, done, ranks, epochs, lease_ms;
+    long long server_ms;       /* the server's clock when read: what "seen" is against */
     epoch_info *ep;
     peer *prod, *cons;
     size_t nprod, ncons;
@@ -1119,7 +1120,7 @@ static int read_peers(ctl *x, qinfo *in, const redisReply *h, int producers)
         fprintf(stderr, "sluice-ctl: out of memory\n");
         return -1;
     }
-    long long now = (long long)(sluicei_wall_us() / 1000u);
+    long long now = in->server_ms;
     for (size_t i = 0; i < n; i++) {
         peer *p = &ps[i];
         char key[SLUICE_MAX_KEY + 80];
@@ -1180,6 +1181,16 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
         print_noqueue(x, q);
         return EXIT_RUNTIME;
     }
+    /* Heartbeats are the server's times: "seen ... ago" is against its
+     * clock, whatever this host's says. */
+    const char *tv[1] = {"TIME"};
+    redisReply *t = must(x, q, 1, tv);
+    if (!t)
+        return EXIT_RUNTIME;
+    in->server_ms = t->type == REDIS_REPLY_ARRAY && t->elements == 2
+                        ? num_of(t->element[0]) * 1000 + num_of(t->element[1]) / 1000
+                        : (long long)(sluicei_wall_us() / 1000u);
+    freeReplyObject(t);
     in->ranks = hnum(in->meta, "ranks");
     in->lease_ms = hget(in->meta, "lease_ms") ? hnum(in->meta, "lease_ms") : 10000;
     HALL(stats, "stats");
@@ -1409,7 +1420,7 @@ static int merge_peers(qinfo *all, const qinfo *parts, int P, int producers)
         free(st);
         return -1;
     }
-    long long now = (long long)(sluicei_wall_us() / 1000u);
+    long long now = all->server_ms;
     size_t i = 0;
     for (; i < n; i++) {
         peer *p = &ps[i];
@@ -1536,6 +1547,9 @@ static int qinfo_merge(qinfo *all, const qinfo *parts, int P, const char *q)
             x->ended &= y->ended;
         }
     }
+    for (int p = 0; p < P; p++)
+        if (parts[p].server_ms > all->server_ms)
+            all->server_ms = parts[p].server_ms;
     if (merge_peers(all, parts, P, 1) || merge_peers(all, parts, P, 0))
         goto oom;
     free(hs);

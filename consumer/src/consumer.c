@@ -168,7 +168,6 @@ enum req_kind {
     R_TERR,       /* HMGET terr: their errors */
     R_RESTORE,    /* restore script, at the start of a session */
     R_MARK,       /* PEXPIREAT of a duplicate the application holds */
-    R_PROBE,      /* PEXPIREAT on the hand connection before REPLY OFF */
     R_RESYNC,     /* LRANGE pending */
     R_ACK,        /* released batches */
     R_ACK_QUIET,  /* at-most-once acks and duplicates: nobody waits for them */
