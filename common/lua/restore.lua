@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- restore: ARGV cid, token, then pairs of kind and id: 'held' for a batch
+-- restore: ARGV cid, token, fresh, rank, then pairs of kind and id: the
+-- consumer's sign of life (lib.lua: enter), then 'held' for a batch
 -- the consumer's application holds, 'acked' for one it acknowledged in
 -- the last seconds. A consumer sends it after every reconnect, so that
 -- when Redis lost its last writes (appendfsync everysec and a crash of its
@@ -15,8 +16,11 @@
 --! include lib
 local nq = noqueue() if nq then return nq end
 local now = now_ms()
-local cid, tok = ARGV[1], ARGV[2]
-if redis.call('HGET', pre .. 'ctoken', cid) ~= tok then return 0 end
+local cid = ARGV[1]
+-- A consumer that lost its lease registers again here, and takes back
+-- what its application still holds.
+local err = enter(cid, ARGV[2], ARGV[3], ARGV[4], now)
+if err then return err end
 local pending = pre .. 'pending:' .. cid
 local rank = redis.call('HGET', pre .. 'crank', cid)
 local n = 0
@@ -27,7 +31,7 @@ local function unlist(id)
   local late = requeue_list(id, rank)
   return late ~= home and redis.call('LREM', late, 1, id) == 1
 end
-for i = 3, #ARGV - 1, 2 do
+for i = 5, #ARGV - 1, 2 do
   local kind, id = ARGV[i], ARGV[i + 1]
   if valid_id(id) then
     local e, t, q = string.match(id, '^(%d+):(%d+):(%d+)')

@@ -1806,7 +1806,8 @@ static void handle(sluice_consumer *c, req *q, redisReply *r)
         handle_terr(c, q, r);
         break;
     case R_RESTORE:
-        script_error(c, "restore", r);
+        if (!script_error(c, "restore", r))
+            lease_renewed(c, q->sent_ms);
         break;
     case R_MARK:
         if (r->type == REDIS_REPLY_ERROR)
@@ -1949,7 +1950,7 @@ static void start_restore(sluice_consumer *c)
     mu_unlock(c);
     int64_t since = sluicei_now_ms() - RESTORE_MS;
     size_t total = nout + c->ring_len, sent = 0;
-    const char **argv = malloc((2 + 2 * RESTORE_CHUNK) * sizeof *argv);
+    const char **argv = malloc((4 + 2 * RESTORE_CHUNK) * sizeof *argv);
     c->need_restore = 0;
     if (!argv) {
         free(held);
@@ -1959,10 +1960,12 @@ static void start_restore(sluice_consumer *c)
     c->op = OP_RESTORE;
     uint64_t gen = c->gen;
     while (sent < total && gen == c->gen) {
-        int k = 2;
+        int k = 4;
         argv[0] = c->id;
         argv[1] = c->tok;
-        for (; sent < total && k < 2 + 2 * RESTORE_CHUNK; sent++) {
+        argv[2] = c->registered ? "0" : "1";
+        argv[3] = c->rank_s;
+        for (; sent < total && k < 4 + 2 * RESTORE_CHUNK; sent++) {
             if (sent < nout) {
                 argv[k++] = "held";
                 argv[k++] = held[sent].s;
@@ -1974,7 +1977,7 @@ static void start_restore(sluice_consumer *c)
                 argv[k++] = a->rid;
             }
         }
-        if (k > 2)
+        if (k > 4)
             send_script(c, CONN_DATA, new_req(R_RESTORE, -1), 1, SLUICEI_SCRIPT_RESTORE, k, argv);
     }
     free(argv);
