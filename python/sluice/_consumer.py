@@ -21,6 +21,7 @@ another thread) is queued and done by the next call that holds the lock.
 """
 import collections
 import ctypes
+import logging
 import threading
 import time
 import weakref
@@ -44,6 +45,11 @@ _HAVE_PADDING = hasattr(lib, "sluice_batch_is_padding")
 # Longest single wait inside the library: Python handles signals (Ctrl-C)
 # only between C calls, so long waits are cut into slices.
 _SLICE_MS = 500
+# A wait for a batch this long is logged (logger "sluice"), with what it
+# waits for; again when the reason changes, and once a minute.
+_WAIT_LOG_S = 5.0
+
+_log = logging.getLogger("sluice")
 
 BatchId = collections.namedtuple("BatchId", "epoch task seq")
 
@@ -331,6 +337,7 @@ class Consumer:
             raise ValueError("rank must be in 0..world-1, got %r of %r" % (rank, world))
         self.queue = queue
         self.rank, self.world = rank, world
+        self._said, self._said_at = "", 0.0
         self.timeout_ms = timeout_ms
         self.auto_release = auto_release
         o = _lib.ConsumerOpts()
@@ -424,10 +431,21 @@ class Consumer:
                                            rep.failed.decode("utf-8", "replace"))
                     if rc != _lib.TIMEOUT:
                         _lib.check(rc, lib.sluice_consumer_errstr(h))
+                    self._log_wait(h)
                     if deadline is not None and time.monotonic() >= deadline:
                         return None
         finally:
             core.try_drain()
+
+    def _log_wait(self, h):
+        buf = ctypes.create_string_buffer(600)
+        waited = lib.sluice_consumer_wait_status(h, buf, len(buf)) / 1000.0
+        why = buf.value.decode("utf-8", "replace")
+        if waited < _WAIT_LOG_S or not why:
+            return
+        if why != self._said or waited - self._said_at >= 60.0:
+            _log.warning("queue %s: waited %.0f s: %s", self.queue, waited, why)
+            self._said, self._said_at = why, waited
 
     @property
     def epoch_report(self):
