@@ -13,6 +13,7 @@
 #   cjob_spread Q P                  # partitions of Q spread over >= 2 masters
 #   cjob_job NP SHARDS LINES BS EPOCHS  # data, $CJOB_Q of NP partitions, the job submitted
 #   cjob_busiest NP                  # CJOB_BUSY: the partition whose slot holds most keys
+#   cjob_pause / cjob_resume         # SIGSTOP / SIGCONT the producers
 #
 # Records are the lines of the shard files (the `lines` reader). With a
 # DELAY_S the producers read them through --exec instead, with a pause of
@@ -90,6 +91,19 @@ cjob_producers() {
 # shellcheck disable=SC2120  # EPOCH is optional
 cjob_delivered() {
     cat "$T"/c*.out 2>/dev/null | grep -c "^id ${1:+$1:}" || true
+}
+
+# cjob_pause / cjob_resume: freeze the producers (SIGSTOP) while the test
+# looks at the cluster and prepares a fault, and let them go on: the job
+# cannot get ahead of the test however slow the machine, and a pause well
+# inside the task lease changes nothing else.
+cjob_pause() {
+    local p
+    for p in "${CJOB_PRODS[@]}"; do kill -STOP "$p" 2>/dev/null || true; done
+}
+cjob_resume() {
+    local p
+    for p in "${CJOB_PRODS[@]}"; do kill -CONT "$p" 2>/dev/null || true; done
 }
 
 # cjob_alive: 0 when every producer and consumer still runs; else says who
