@@ -1118,7 +1118,8 @@ static void lease_lost(sluice_consumer *c, const char *msg)
 {
     sluice_consumer *t = c->top;
     mu_lock(c);
-    while (c->fifo_len > 0) {
+    /* At most once, they are acknowledged already: nobody else gets them. */
+    while (c->fifo_len > 0 && c->ack_mode == SLUICE_ACK_EXPLICIT) {
         sluice_batch_free(c->fifo[c->fifo_head].b);
         c->fifo_head = (c->fifo_head + 1) % c->prefetch;
         c->fifo_len--;
