@@ -1269,34 +1269,51 @@ static sluice_err spill(sluice_producer *p)
 /* ---- waiting for room --------------------------------------------------- */
 
 /* Tells the log callback (if any) that pushes have waited waited_ms for
- * room, and how full the queue is. Nothing is in flight. */
+ * room, how full the queue is and how many consumers are alive (seen
+ * within the queue's lease, on the server's clock). Nothing is in flight. */
 static void note_room(sluice_producer *p, int64_t waited_ms)
 {
     if (!p->log || !p->conn->ctx)
         return;
-    char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY];
+    char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY], cons[SLUICE_MAX_KEY];
     sluicei_key(dlv, p->queue, "dlv");
     sluicei_key(bytes, p->queue, "bytes");
-    const char *a_meta[4] = {"HMGET", p->meta_key, "max_batches", "max_bytes"};
+    sluicei_key(cons, p->queue, "consumers");
+    const char *a_meta[5] = {"HMGET", p->meta_key, "max_batches", "max_bytes", "lease_ms"};
     const char *a_dlv[2] = {"HLEN", dlv}, *a_bytes[2] = {"GET", bytes};
-    redisReply *r[3] = {NULL, NULL, NULL};
-    if (sluicei_conn_append_argv(p->conn, 4, a_meta, NULL) != SLUICE_OK ||
+    const char *a_cons[2] = {"HVALS", cons}, *a_time[1] = {"TIME"};
+    redisReply *r[5] = {NULL, NULL, NULL, NULL, NULL};
+    if (sluicei_conn_append_argv(p->conn, 5, a_meta, NULL) != SLUICE_OK ||
         sluicei_conn_append_argv(p->conn, 2, a_dlv, NULL) != SLUICE_OK ||
-        sluicei_conn_append_argv(p->conn, 2, a_bytes, NULL) != SLUICE_OK)
+        sluicei_conn_append_argv(p->conn, 2, a_bytes, NULL) != SLUICE_OK ||
+        sluicei_conn_append_argv(p->conn, 2, a_cons, NULL) != SLUICE_OK ||
+        sluicei_conn_append_argv(p->conn, 1, a_time, NULL) != SLUICE_OK)
         return;
-    for (int i = 0; i < 3 && p->conn->ctx; i++)
+    for (int i = 0; i < 5 && p->conn->ctx; i++)
         sluicei_conn_read_reply(p->conn, &r[i]);
-    char msg[512];
-    if (r[0] && r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2 && r[1] && r[2]) {
+    if (r[0] && r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 3 && r[1] && r[2] && r[3] &&
+        r[3]->type == REDIS_REPLY_ARRAY && r[4] && r[4]->type == REDIS_REPLY_ARRAY &&
+        r[4]->elements == 2) {
+        int64_t now = reply_int(r[4]->element[0]) * 1000 + reply_int(r[4]->element[1]) / 1000;
+        int64_t lease = reply_int(r[0]->element[2]) > 0 ? reply_int(r[0]->element[2]) : 10000;
+        int alive = 0;
+        for (size_t i = 0; i < r[3]->elements; i++)
+            alive += now - reply_int(r[3]->element[i]) <= lease;
+        char who[64];
+        if (alive)
+            snprintf(who, sizeof who, "%d consumer%s alive", alive, alive == 1 ? "" : "s");
+        else
+            snprintf(who, sizeof who, "no consumer is alive");
+        char msg[512];
         snprintf(msg, sizeof msg, "queue '%s' is at its budget (it holds %lld of %lld batches, "
                  "%.1f of %.1f MB): pushes%s%s waited %.0f s for consumers to acknowledge "
-                 "batches", p->queue, (long long)reply_int(r[1]),
+                 "batches (%s)", p->queue, (long long)reply_int(r[1]),
                  (long long)reply_int(r[0]->element[0]), (double)reply_int(r[2]) / 1e6,
                  (double)reply_int(r[0]->element[1]) / 1e6, p->task_held ? " of task " : "",
-                 p->task_held ? p->task_key : "", (double)waited_ms / 1000.0);
+                 p->task_held ? p->task_key : "", (double)waited_ms / 1000.0, who);
         p->log(p->log_arg, msg);
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         if (r[i])
             freeReplyObject(r[i]);
 }
