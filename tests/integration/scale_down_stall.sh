@@ -4,7 +4,7 @@
 # records (20 batches per task), a queue budget of 8 batches, so batches of
 # epochs ahead of the open one get 3/4 of it: 6.
 #   P0 holds epoch 0's only (so last) task 0:0, producing it slowly (its
-#      --exec writes one record per 200 ms);
+#      --exec writes one record per 300 ms);
 #   P1 holds 1:0 and is blocked on room: the queue holds 6 of its batches,
 #      the limit for an epoch ahead;
 #   P2 holds 2:0 and is blocked on room from its first batch.
@@ -50,7 +50,7 @@ for line in open(sys.argv[1], "rb").read().split(b"\n")[:-1]:
     h_sum = (h_sum + h) % 2**64
     n += 1
 print("records=%d checksum=%016x" % (n, h_sum))' "$T/shard.txt")
-# The records of a task, as the lines reader gives them, one per 200 ms.
+# The records of a task, as the lines reader gives them, one per 300 ms.
 cat >"$T/slow.py" <<'EOF'
 import struct, sys, time
 path, start, end = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -58,7 +58,7 @@ lines = open(path, "rb").read().split(b"\n")[:-1]
 for rec in lines[start:int(end) if end else len(lines)]:
     sys.stdout.buffer.write(struct.pack("<I", len(rec)) + rec)
     sys.stdout.flush()
-    time.sleep(0.2)
+    time.sleep(0.3)
 EOF
 
 # run_case SIGNAL: the scenario above, P0 stopped with SIGNAL.
