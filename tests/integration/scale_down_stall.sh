@@ -10,7 +10,10 @@
 #   P2 holds 2:0 and is blocked on room from its first batch.
 # The consumer reads epoch 0 and cannot get at epochs 1 and 2, so nothing
 # frees room for P1 or P2. Then P0 goes: SIGTERM (it hands 0:0 back), and
-# in a second run kill -9 (0:0 comes back when its lease runs out). Before
+# in a second run kill -9 (0:0 comes back when its lease runs out: the
+# blocked producers' renewals reap it within a few seconds; the queue's
+# consumer lease is 60 s, so the consumer's own reaps, every 30 s, cannot
+# be what frees it). Before
 # the protocol rework P1 and P2 waited for room for ever. Now a producer
 # blocked with a later epoch's task hands it back (keeping what it stored)
 # and takes 0:0: the job finishes, the consumer gets every record of every
@@ -64,7 +67,7 @@ EOF
 # run_case SIGNAL: the scenario above, P0 stopped with SIGNAL.
 run_case() {
     local sig=$1 q=stall-$1 e line pc p0 p1 p2 t0 ms rc
-    ctl create "$q" --max-batches 8 --max-bytes 64M >/dev/null
+    ctl create "$q" --max-batches 8 --max-bytes 64M --lease-ms 60000 >/dev/null
     ctl submit "$q" --manifest "$T/job.manifest" --epochs 3 --batch-size 5 >/dev/null ||
         fail "$sig: submit failed"
     bg "$T/$sig-c.out" "$T/$sig-c.err" "$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" \
@@ -99,6 +102,10 @@ run_case() {
     if [[ $sig == KILL ]]; then
         kill -KILL "$p0"
         wait "$p0" 2>/dev/null || true
+        owner_not_p0() { [[ $(rcli HGET "sluice:{$q}:towner" 0:0) != P0 ]]; }
+        wait_for $((LEASE_MS / 1000 + 3)) owner_not_p0 ||
+            fail "$sig: 0:0 still leased to the killed P0 $(($(now_ms) - t0)) ms after kill -9 (its lease: $LEASE_MS ms)"
+        note "$sig: 0:0 left P0 $(($(now_ms) - t0)) ms after kill -9"
     else
         kill -TERM "$p0"
         rc=0; wait_pid "$p0" 10 || rc=$?
