@@ -184,7 +184,9 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
  * epoch (a duplicate after a lease ran out) is dropped (stats.duplicates):
  * acknowledged when the application released it already, else left for the
  * release of the copy the application holds. SLUICE_ERR_AUTH also when the
- * credentials lack a permission the protocol needs (errstr names it);
+ * credentials lack a permission the protocol needs (errstr names the
+ * step refused, e.g. ack, and quotes Redis's reply, which names the command
+ * only when it was not run inside a script);
  * SLUICE_ERR_BUSY when another process took over this consumer's id. */
 sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int timeout_ms);
 
