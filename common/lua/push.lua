@@ -7,20 +7,37 @@
 -- duplicate (already queued or acknowledged), 0 full (and so is every
 -- later batch of the group), or an error: TOOBIG (a frame above the
 -- queue's frame limit or its byte budget), INVALID (no frame, or a seq
--- above 16777215). A batch of an epoch whose end is posted already goes
--- to the first epoch still open (it is late; see requeue_list in lib.lua).
+-- that is not canonical decimal up to 16777215). An epoch or task that is
+-- not canonical decimal (epoch < 2^32, task < 2^64) refuses the whole
+-- call with INVALID: every id the queue holds obeys the grammar of
+-- valid_id (lib.lua), which take and claim rely on. A batch of an epoch
+-- whose end is posted already goes to the first epoch still open (it is
+-- late; see requeue_list in lib.lua).
 local meta = KEYS[1]
 local pre = string.sub(meta, 1, -5)
 redis.call('EXISTS', meta, pre .. 'guard')   -- migration guard (lib.lua)
 local e, t = ARGV[1], ARGV[2]
 local n = #ARGV - 2
+-- Canonical decimal of at most maxlen digits (no sign, no leading zero).
+local function decimal(s, maxlen)
+  return #s <= maxlen and string.match(s, '^%d+$') ~= nil and (#s == 1 or string.sub(s, 1, 1) ~= '0')
+end
+local function valid_seq(s)
+  return decimal(s, 8) and tonumber(s) <= 16777215
+end
 local ids, tmp, get = {}, {}, {}
 for k = 1, n do
   ids[k] = e .. ':' .. t .. ':' .. ARGV[k + 2]
   tmp[k] = pre .. 'in:' .. ids[k]
   -- (A seq out of range reads bit 0: the batch is refused below.)
-  local ok = (tonumber(ARGV[k + 2]) or math.huge) <= 16777215
-  get[3 * k - 2], get[3 * k - 1], get[3 * k] = 'GET', 'u1', ok and ARGV[k + 2] or '0'
+  get[3 * k - 2], get[3 * k - 1], get[3 * k] = 'GET', 'u1', valid_seq(ARGV[k + 2]) and ARGV[k + 2] or '0'
+end
+if not (decimal(e, 10) and tonumber(e) <= 4294967295 and decimal(t, 20) and
+        (#t < 20 or t <= '18446744073709551615')) then
+  if n > 0 then redis.call('DEL', unpack(tmp)) end
+  local function shown(s) return (string.gsub(string.sub(s, 1, 24), '[^%w]', '?')) end
+  return redis.error_reply('INVALID epoch ' .. shown(e) .. ', task ' .. shown(t) ..
+                           ': not canonical decimal (epoch < 2^32, task < 2^64)')
 end
 local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes', 'ranks', 'max_frame')
 if not m[1] then
@@ -75,7 +92,9 @@ local out, gone, fields, seen, list = {}, {}, {}, {}, {}
 local pushed, bytes, dups, full, nf = 0, 0, 0, false, 0
 for k = 1, n do
   local id = ids[k]
-  if held[k] or acked[k] == 1 or seen[id] then
+  if not valid_seq(ARGV[k + 2]) then
+    out[k] = redis.error_reply('INVALID batch ' .. id .. ': seq not a decimal up to 16777215')
+  elseif held[k] or acked[k] == 1 or seen[id] then
     out[k] = 2
     dups = dups + 1
   elseif full then
@@ -84,8 +103,6 @@ for k = 1, n do
     local size = redis.call('STRLEN', tmp[k])
     if size == 0 then
       out[k] = redis.error_reply('INVALID no frame in ' .. tmp[k])
-    elseif (tonumber(ARGV[k + 2]) or math.huge) > 16777215 then
-      out[k] = redis.error_reply('INVALID batch ' .. id .. ': seq above 16777215')
     elseif size > frame_max then
       out[k] = redis.error_reply('TOOBIG batch of ' .. size ..
                ' bytes exceeds the queue frame limit of ' .. frame_max)

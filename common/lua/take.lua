@@ -15,23 +15,28 @@ local now = now_ms()
 local cid, want, ep, rank = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local err = enter(cid, ARGV[2], ARGV[3], rank, now)
 if err then return err end
-local got, dl, marker = {}, {}, nil
--- Moves up to want - #got ids of epoch e's list to got; returns true at
--- e's end marker (which stays in the list).
+local got, dlvs, dl, marker = {}, {}, {}, nil
+-- Moves up to want - #got ids of epoch e's list to got (their dlv counts
+-- to dlvs); returns true at e's end marker (which stays in the list). An
+-- id dlv holds is a batch id: only push (which checks the grammar) and
+-- the scripts that hand batches back write dlv.
 local function take_from(e)
   local list = ready_key(e, rank)
   local ids = redis.call('RPOP', list, want - #got)
   if not ids then return false end
+  local eof = 'eof:' .. e
+  local d = redis.call('HMGET', pre .. 'dlv', unpack(ids))
   for i, id in ipairs(ids) do
-    if true_marker(id, e) then
+    if id == eof and true_marker(id, e) then
       -- The marker (and anything behind it) goes back where it was.
       local back = {}
       for j = #ids, i, -1 do back[#back + 1] = ids[j] end
       redis.call('RPUSH', list, unpack(back))
       return true
     end
-    if valid_id(id) and redis.call('HEXISTS', pre .. 'dlv', id) == 1 then
-      got[#got + 1] = id
+    if d[i] then
+      local k = #got + 1
+      got[k], dlvs[k] = id, d[i]
     elseif marker_epoch(id) then
       dl[#dl + 1] = {id, 'an end marker in the list of epoch ' .. e .. ' that is not its posted end'}
     elseif valid_id(id) then
@@ -53,9 +58,8 @@ local out = {}
 if #got > 0 then
   redis.call('LPUSH', pre .. 'pending:' .. cid, unpack(got))
   -- dlv counts the deliveries that ended without an acknowledgement.
-  local d = redis.call('HMGET', pre .. 'dlv', unpack(got))
   for i, id in ipairs(got) do
-    out[#out + 1], out[#out + 2] = id, tonumber(d[i]) + 1
+    out[#out + 1], out[#out + 2] = id, tonumber(dlvs[i]) + 1
   end
 end
 if marker then out[#out + 1], out[#out + 2] = marker, 0 end

@@ -216,19 +216,23 @@ for k in keys:
 if r.hlen(key("dlv")) != 0 or int(r.get(key("bytes")) or 0) != 0:
     sys.exit("the queue still holds batches: dlv %r" % r.hgetall(key("dlv")))
 print("acked bitmaps small: %s" % ", ".join("%s=%d bytes" % (k.decode(), r.strlen(k)) for k in keys))
-# The push script refuses such seqs.
-for seq in (4294967295, 16777216):
-    bid = "0:7:%d" % seq
+# The push script refuses such seqs, and ids off the grammar (so that
+# every id the queue holds is a batch id).
+for e, t, seq in (("0", "7", "4294967295"), ("0", "7", "16777216"), ("0", "7", "007"),
+                  ("0", "07", "1"), ("0", "7\x00", "1"), ("4294967296", "7", "1"),
+                  ("0", "18446744073709551616", "1")):
+    bid = "%s:%s:%s" % (e, t, seq)
     tx = r.pipeline(transaction=True)
-    tx.set(key("in:" + bid), frame(0, 7, seq, [b"z"]))
-    tx.eval(j.source("push"), 1, j.meta, 0, 7, seq)
+    tx.set(key("in:" + bid), frame(0, 7, 1, [b"z"]))
+    tx.eval(j.source("push"), 1, j.meta, e, t, seq)
     res = tx.execute(raise_on_error=False)[-1]
     res = res[0] if isinstance(res, list) else res
     if not isinstance(res, Exception) or not str(res).startswith("INVALID"):
-        sys.exit("push of seq %d: %r, expected an INVALID error" % (seq, res))
-    if r.exists(key("in:" + bid)) or r.exists(key("b:" + bid)) or r.exists(key("acked:0:7")):
-        sys.exit("push of seq %d left keys behind" % seq)
-    print("push seq %d: %s" % (seq, res))
+        sys.exit("push of %r: %r, expected an INVALID error" % (bid, res))
+    if (r.exists(key("in:" + bid)) or r.exists(key("b:" + bid)) or r.exists(key("acked:0:7")) or
+            r.hlen(key("dlv")) != 0):
+        sys.exit("push of %r left keys behind" % bid)
+    print("push %r: %s" % (bid, res))
 ') || fail "c: $out"
 note "c: $out"
 echo "ok: NUL id dead-lettered intact (take and claim), forged markers ended nothing, seq 2^32-1 refused"
