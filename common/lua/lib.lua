@@ -287,6 +287,12 @@ local function epoch_end(e)
   if ntasks == 0 then return end
   if tonumber(redis.call('HGET', pre .. 'edone', e) or '0') < ntasks then return end
   if redis.call('HSETNX', pre .. 'eof', e, 1) == 0 then return end
+  if redis.call('HLEN', pre .. 'eof') >= tonumber(redis.call('HGET', job, 'epochs')) then
+    -- Every task of every epoch is done (epochs may end out of order):
+    -- producers may go.
+    redis.call('HSET', job, 'state', 'finished')
+    wake_task_waiters()
+  end
   local cfg = redis.call('HMGET', meta, 'ranks', 'remainder')
   local n = tonumber(cfg[1] or '0')
   local marker = 'eof:' .. e
@@ -320,9 +326,6 @@ local function epoch_end(e)
     return
   end
   if tonumber(e) == tonumber(redis.call('HGET', job, 'epochs')) - 1 then
-    -- Every task is done: producers may go.
-    redis.call('HSET', job, 'state', 'finished')
-    wake_task_waiters()
     if redis.call('HLEN', pre .. 'dlv') > 0 or
        tonumber(redis.call('HGET', job, 'epoch_open') or '0') < tonumber(e) then
       -- The job's last end waits for every batch to be acknowledged: a

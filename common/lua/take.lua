@@ -17,24 +17,29 @@ local err = enter(cid, ARGV[2], ARGV[3], rank, now)
 if err then return err end
 local got, dlvs, dl, marker = {}, {}, {}, nil
 -- Moves up to want - #got ids of epoch e's list to got (their dlv counts
--- to dlvs); returns true at e's end marker (which stays in the list). An
--- id dlv holds is a batch id: only push (which checks the grammar) and
--- the scripts that hand batches back write dlv.
-local function take_from(e)
+-- to dlvs). At e's end marker it stops and returns true (the marker and
+-- what lies behind it stay in the list), unless late: then the marker
+-- alone goes back and the ids behind it are taken too. An id dlv holds is
+-- a batch id: only push (which checks the grammar) and the scripts that
+-- hand batches back write dlv.
+local function take_from(e, late)
   local list = ready_key(e, rank)
   local ids = redis.call('RPOP', list, want - #got)
   if not ids then return false end
   local eof = 'eof:' .. e
   local d = redis.call('HMGET', pre .. 'dlv', unpack(ids))
+  local seen_eof = false
   for i, id in ipairs(ids) do
-    if id == eof and true_marker(id, e) then
-      -- The marker (and anything behind it) goes back where it was.
-      local back = {}
-      for j = #ids, i, -1 do back[#back + 1] = ids[j] end
-      redis.call('RPUSH', list, unpack(back))
-      return true
-    end
-    if d[i] then
+    if id == eof and not seen_eof and true_marker(id, e) then
+      if not late then
+        -- The marker (and anything behind it) goes back where it was.
+        local back = {}
+        for j = #ids, i, -1 do back[#back + 1] = ids[j] end
+        redis.call('RPUSH', list, unpack(back))
+        return true
+      end
+      seen_eof = true
+    elseif d[i] then
       local k = #got + 1
       got[k], dlvs[k] = id, d[i]
     elseif marker_epoch(id) then
@@ -45,14 +50,23 @@ local function take_from(e)
       dl[#dl + 1] = {id, 'not a batch id'}
     end
   end
+  if seen_eof then redis.call('RPUSH', list, eof) end
   return false
 end
-local open = tonumber(redis.call('HGET', job, 'epoch_open') or ep)
-for e = math.max(open, ep - 16), ep - 1 do
+-- Batches in the lists of the 16 epochs before this one are late, not
+-- lost: Redis lost the end of an epoch with its last second of writes, a
+-- batch was pushed again into that epoch's list and its end posted anew
+-- behind it, after this consumer had passed it. Such a list holds more
+-- than its end marker (normally it holds just that, or nothing).
+for e = math.max(0, ep - 16), ep - 1 do
   if #got >= want then break end
-  take_from(e)
+  local list = ready_key(e, rank)
+  local n = redis.call('LLEN', list)
+  if n > 1 or (n == 1 and redis.call('LINDEX', list, 0) ~= 'eof:' .. e) then
+    take_from(e, true)
+  end
 end
-if #got < want and take_from(ep) then marker = 'eof:' .. ep end
+if #got < want and take_from(ep, false) then marker = 'eof:' .. ep end
 for _, d in ipairs(dl) do dead_letter(d[1], d[2], now) end
 local out = {}
 if #got > 0 then

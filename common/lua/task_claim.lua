@@ -11,11 +11,12 @@
 --! include lib
 local nq = noqueue() if nq then return nq end
 local now = now_ms()
-local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs', 'twaiting', 'tscan')
-if not st[1] then return {'nojob'} end
+if redis.call('EXISTS', job) == 0 then return {'nojob'} end
 redis.call('HSET', pre .. 'producers', ARGV[1], now)
+-- (Before reading the job: a reaped task lowers tscan.)
 reap_tasks(now)
-local waiting = tonumber(redis.call('HGET', job, 'twaiting') or '0')
+local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs', 'twaiting', 'tscan')
+local waiting = tonumber(st[4] or '0')
 if ARGV[3] == '1' and waiting > 0 then
   local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes')
   if redis.call('HLEN', pre .. 'dlv') >= tonumber(m[1]) or
