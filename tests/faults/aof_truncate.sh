@@ -10,9 +10,10 @@
 # 2), once a seeded random share of the job was delivered, redis-server is
 # killed with -9, the incr file is cut back to a seeded random byte of
 # what it held about a second earlier (AOF_LOST_MS, default a random
-# 700-1300 ms; the base file is never touched), and Redis comes back on
-# the same port and dir, loading the truncated file (aof-load-truncated
-# yes). The clients reconnect by themselves.
+# 700-1300 ms; the base file is never touched; a cut inside a transaction
+# goes back into its MULTI, so that Redis drops all of it: aof_cut.py), and
+# Redis comes back on the same port and dir, loading the truncated file
+# (aof-load-truncated yes). The clients reconnect by themselves.
 # Checked: the job finishes within AOF_FINISH_S (default 60) seconds of the
 # last restart, every producer and consumer exits 0; every batch id of
 # every epoch was delivered and is acknowledged; an id delivered more than
@@ -121,11 +122,17 @@ for ((k = 1; k <= crashes; k++)); do
         ((j + 1 < ${#hist_t[@]})) && hi=${hist_s[j + 1]}
     fi
     cut=$((lo + ((RANDOM << 15) | RANDOM) % (hi - lo + 1)))
+    # Inside a transaction (a script's effects), what Redis 7.0 leaves of
+    # it would spoil the next load: cut in its MULTI (aof_cut.py).
+    at_byte=$cut
+    cut=$("$PY" "$FAULTS/aof_cut.py" "$aof/$f" "$cut") || die "aof_cut.py $aof/$f failed"
     truncate -s "$cut" "$aof/$f" || die "truncate -s $cut $aof/$f failed"
     cut_bytes=$((cut_bytes + size - cut))
+    where=""
+    ((cut == at_byte)) || where=" (inside a transaction: cut in its MULTI, at byte $cut)"
     echo "crash $k at $((t_kill - t0)) ms ($(delivered) of $total batches delivered, acked ${acked:-0}):" \
-        "kill -9 redis-server, $f cut from $size to $cut bytes ($((size - cut)) bytes," \
-        "the writes of the last $((t_kill - hist_t[j])) ms or so)"
+        "kill -9 redis-server, $f cut from $size bytes at byte $at_byte$where:" \
+        "$((size - cut)) bytes, the writes of the last $((t_kill - hist_t[j])) ms or so"
     rand 0 500
     ms_sleep "$RAND"
     all_alive "while Redis was down"
@@ -133,7 +140,7 @@ for ((k = 1; k <= crashes; k++)); do
     since=$(now_ms)
     echo "  restarted after $((since - t_kill)) ms: acked $(rcli HGET "sluice:{$q}:stats" acked) after" \
         "the load; $(grep -o 'Truncating the AOF.*at offset [0-9]*\|Revert incomplete MULTI.*' \
-        "$REDIS_DIR/redis.log" | tr '\n' ' ' | sed 's/ *$//' | grep . || echo 'cut at the end of a command')"
+        "$REDIS_DIR/redis.log" | tr '\n' ' ' | sed 's/ *$//' | grep . || echo 'the file loaded whole')"
 done
 
 deadline=$((since + finish_s * 1000))
