@@ -12,8 +12,9 @@
 # what it held about a second earlier (AOF_LOST_MS, default a random
 # 700-1300 ms; the base file is never touched; a cut inside a transaction
 # goes back into its MULTI, so that Redis drops all of it: aof_cut.py), and
-# Redis comes back on the same port and dir, loading the truncated file
-# (aof-load-truncated yes). The clients reconnect by themselves.
+# after AOF_DOWN_MS (default a random 0-500 ms; a host that reboots takes
+# longer) Redis comes back on the same port and dir, loading the truncated
+# file (aof-load-truncated yes). The clients reconnect by themselves.
 # Checked: no hang (the job reaches the next crash, and then its end, within
 # AOF_FINISH_S, default 60, seconds of each restart); every producer and
 # consumer exits 0; every batch id of every epoch was delivered and is
@@ -137,7 +138,7 @@ for ((k = 1; k <= crashes; k++)); do
         "kill -9 redis-server, $f cut from $size bytes at byte $at_byte$where:" \
         "$((size - cut)) bytes, the writes of the last $((t_kill - hist_t[j])) ms or so"
     rand 0 500
-    ms_sleep "$RAND"
+    ms_sleep "${AOF_DOWN_MS:-$RAND}"
     all_alive "while Redis was down"
     redis_tmp_restart || die "Redis did not come back: $(tail -n 5 "$REDIS_DIR/redis.log")"
     since=$(now_ms)
