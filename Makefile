@@ -148,8 +148,9 @@ test: unit
 	@BUILD=$(BUILD) tests/run.sh
 
 # The fault suite (tests/faults/run.sh): kill -9 of producers and consumers,
-# Redis killed, its clients dropped, put to sleep, at maxmemory; each
-# scenario on a private redis-server. FAULT_SEED=N replays a run's choices.
+# Redis killed, its AOF cut back by its last second, its clients dropped,
+# put to sleep, at maxmemory; each scenario on a private redis-server.
+# FAULT_SEED=N replays a run's choices.
 test-faults: unit
 	@BUILD=$(BUILD) tests/faults/run.sh
 .PHONY: test-faults

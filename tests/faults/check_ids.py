@@ -2,11 +2,13 @@
 """Checks what the consumers of a fault scenario received against the job.
 
 usage: check_ids.py --port P --queue Q --epochs E --batches N0,N1,...
-                    [--exact] [--killed FILE]... [FILE]...
+                    [--exact | --lost-writes] [--killed FILE]... [FILE]...
 
 FILE / --killed FILE: the stdout of one sluice-consume --print-ids process
 (or of slow_consume.py, or of tests/tools/hold)
 (--killed: one that was killed with -9; its output may end anywhere).
+Several consumers may share one FILE when each line ends in " by=NAME"
+(NAME: the consumer that printed it).
 --batches: batches per shard (task), shard 0 first, the same every epoch.
 
 Checked, and each printed:
@@ -17,6 +19,11 @@ Checked, and each printed:
     every delivery but the last went to a killed consumer (a batch it held
     unacknowledged), so the application saw the duplicate flagged with
     deliveries >= 2; with --exact no id may arrive twice at all;
+    with --lost-writes (Redis lost its last writes, and with them what
+    it knew of some deliveries: tests/faults/aof_truncate.sh) a duplicate
+    needs no killed consumer, but every copy after the first, in the order
+    of the lines (one FILE that every consumer appends to gives the order
+    across consumers), carries deliveries >= 2;
   * Redis holds nothing of the job any more: no pending list, no dead
     letter, and the job is finished (the caller checks with sluice-ctl
     info that no batch is stored).
@@ -29,15 +36,17 @@ import sys
 import redis
 
 # sluice-consume --print-ids and slow_consume.py lines; tests/tools/hold
-# prints them without the padding field.
-LINE = re.compile(r"^id (\d+):(\d+):(\d+) deliveries=(\d+)( padding=[01])?$")
+# prints them without the padding field. " by=NAME": see the usage.
+LINE = re.compile(r"^id (\d+):(\d+):(\d+) deliveries=(\d+)( padding=[01])?( by=(\S+))?$")
 
 
-def read_ids(path, killed, got, bad):
-    """Adds path's deliveries to got: id -> [(deliveries, path, killed)]."""
-    n = 0
+def read_ids(path, killed, got, bad, names):
+    """Adds path's deliveries to got: id -> [(deliveries, where, killed)],
+    in the order of the lines; where is path, or "NAME, line N" for a
+    line of consumer NAME in a shared file. Adds the consumers to names."""
+    n, shared = 0, False
     with open(path, errors="replace") as f:
-        for line in f:
+        for no, line in enumerate(f, 1):
             line = line.rstrip("\n")
             if not line.startswith("id "):
                 continue   # epoch=/records= summary lines
@@ -46,8 +55,14 @@ def read_ids(path, killed, got, bad):
                 bad.append("%s: malformed line %r" % (path, line))
                 continue
             e, t, s, d = (int(m.group(i)) for i in range(1, 5))
-            got.setdefault((e, t, s), []).append((d, path, killed))
+            src = path
+            if m.group(7):
+                src, shared = "%s, line %d" % (m.group(7), no), True
+                names.add(m.group(7))
+            got.setdefault((e, t, s), []).append((d, src, killed))
             n += 1
+    if not shared:
+        names.add(path)
     return n
 
 
@@ -82,6 +97,7 @@ def main():
     ap.add_argument("--epochs", type=int, required=True)
     ap.add_argument("--batches", required=True)
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--lost-writes", action="store_true")
     ap.add_argument("--killed", action="append", default=[])
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
@@ -92,10 +108,11 @@ def main():
 
     got, bad = {}, []
     lines = 0
+    names, knames = set(), set()
     for path in a.files:
-        lines += read_ids(path, False, got, bad)
+        lines += read_ids(path, False, got, bad, names)
     for path in a.killed:
-        lines += read_ids(path, True, got, bad)
+        lines += read_ids(path, True, got, bad, knames)
     fails = list(bad)
 
     expected = [(e, t, s) for e in range(a.epochs)
@@ -128,6 +145,14 @@ def main():
         if len(occ) == 1:
             continue
         dups += len(occ) - 1
+        if a.lost_writes and not a.exact:
+            # In the order delivered: only the first copy may be unflagged.
+            desc = ", ".join("deliveries=%d (%s)" % (d, p_) for d, p_, _ in occ)
+            if any(d < 2 for d, _, _ in occ[1:]):
+                fails.append("id %s delivered again without a flag: %s" % (fmt(k), desc))
+            else:
+                flagged += len(occ) - 1
+            continue
         occ.sort()
         ds = [d for d, _, _ in occ]
         desc = ", ".join("deliveries=%d in %s%s" % (d, p_, " (killed)" if kl else "")
@@ -161,11 +186,13 @@ def main():
     if state != b"finished":
         fails.append("job state %r, not finished" % state)
 
+    why = ("a later copy" if a.lost_writes else
+           "earlier copy held by a killed consumer")
     print("checked %d delivery lines from %d consumers (%d killed): %s; "
-          "%d duplicate deliveries, %d of them flagged (deliveries>=2, earlier copy held by a "
-          "killed consumer); %d deliveries with deliveries>=2; all %d ids acknowledged: %s"
-          % (lines, len(a.files) + len(a.killed), len(a.killed), ", ".join(per_epoch),
-             dups, flagged, redelivered, len(expected), "yes" if not unacked else "NO"))
+          "%d duplicate deliveries, %d of them flagged (deliveries>=2, %s); "
+          "%d deliveries with deliveries>=2; all %d ids acknowledged: %s"
+          % (lines, len(names | knames), len(knames), ", ".join(per_epoch),
+             dups, flagged, why, redelivered, len(expected), "yes" if not unacked else "NO"))
     for f in fails:
         print("FAIL: " + f)
     return 1 if fails else 0
