@@ -26,7 +26,7 @@ JOB_SRC := producer/src/manifest.c producer/src/transform.c
 # sluice-producer --metrics-addr and sluice-ctl metrics; not in libsluice.
 METRICS_SRC := common/src/metrics.c
 LUA_SCRIPTS := create delete push take claim ack requeue reap beat dead deadadmin restore \
-               submit task_claim task_renew task_done task_fail
+               submit task_claim task_renew task_done task_fail task_check
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/lua_scripts.o
 READER_OBJ := $(READER_SRC:%.c=$(BUILD)/%.o)
 JOB_OBJ := $(JOB_SRC:%.c=$(BUILD)/%.o)

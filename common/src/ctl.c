@@ -118,7 +118,7 @@ static const char usage_text[] =
     "  script NAME          print the Lua source of a protocol script\n"
     "                       (create delete push take claim ack requeue reap beat\n"
     "                       dead deadadmin restore submit task_claim task_renew\n"
-    "                       task_done task_fail)\n"
+    "                       task_done task_fail task_check)\n"
     "\n"
     "manifest (one shard per line; '#' starts a comment line):\n"
     "  READER PATH [PATH...] [records=START:END] [split=N]\n"

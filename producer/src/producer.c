@@ -208,6 +208,7 @@ struct sluice_producer {
     uint64_t spill_resume;             /* then: the first of its batches not stored */
     uint64_t lost_from;                /* task held: the first of its batches given up
                                           after an error (abandon()); UINT64_MAX: none */
+    uint64_t claim_reconnects;         /* conn->reconnects when the task held was claimed */
 
     /* Cluster: retryable error replies (see the top). */
     int redirected;                    /* a group was refused by one: drop the connection */
@@ -2221,6 +2222,7 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
     p->task = shard;
     p->next_seq = 0;
     p->resume = resume;
+    p->claim_reconnects = p->conn->reconnects;
     p->spilled = 0;
     p->spill_why = NULL;   /* end_task() keeps it, for the group */
     p->lost_from = UINT64_MAX;
@@ -2518,6 +2520,43 @@ static uint64_t resume_point(const sluice_producer *p, int ok)
     return r > p->resume ? r : p->resume;
 }
 
+/* Before task_done, when the connection was lost while the task was
+ * held: Redis may have come back without its last writes, among them
+ * pushes it had answered. task_check looks for every batch of the task
+ * this producer pushed, 1024 at a time; at the first missing one it hands
+ * the task back with that resume point (SLUICE_ERR_FULL; errstr says so),
+ * and whoever claims it next pushes from there. */
+static sluice_err check_task(sluice_producer *p)
+{
+    for (uint64_t from = p->resume; from < p->next_seq; from += 1024) {
+        uint64_t to = p->next_seq - from > 1024 ? from + 1024 : p->next_seq;
+        char a[24], b[24];
+        snprintf(a, sizeof a, "%" PRIu64, from);
+        snprintf(b, sizeof b, "%" PRIu64, to);
+        const char *argv[4] = {p->id, p->task_key, a, b};
+        redisReply *r = NULL;
+        sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_CHECK, 4, argv, &r, NULL);
+        if (e != SLUICE_OK) {
+            seterr(p, "task_check %s: %s", p->task_key,
+                   r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
+        } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+            e = lease_lost_error(p);
+        } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                   r->element[1]->type == REDIS_REPLY_INTEGER) {
+            long long seq = r->element[1]->integer;
+            seterr(p, "handed back (it resumes at batch %lld): Redis came back without its "
+                      "last writes, and batch %lld of this task with them",
+                   seq, seq);
+            e = SLUICE_ERR_FULL;
+        }
+        if (r)
+            freeReplyObject(r);
+        if (e != SLUICE_OK)
+            return e;
+    }
+    return SLUICE_OK;
+}
+
 sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
 {
     if (!holds(p, t, "task_done"))
@@ -2553,6 +2592,13 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
     }
     if (e == SLUICE_OK && p->lease_lost)
         e = lease_lost_error(p);
+    if (e == SLUICE_OK && p->conn->reconnects != p->claim_reconnects) {
+        e = check_task(p);
+        if (e == SLUICE_ERR_FULL || p->lease_lost) {
+            end_task(p);   /* handed back (or no longer ours): errstr says so */
+            return e;
+        }
+    }
     if (e != SLUICE_OK) {
         /* Some batch is not stored: the task is not done. Fail the attempt
          * (keeping the push error as the task's error), unless it is no

@@ -143,10 +143,14 @@ sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int
                                       int lease_ms);
 /* Flushes every push of the task, then marks it done. Frees t. Returns
  * SLUICE_ERR_IO with errstr "lease lost" when the task was reaped
- * meanwhile (someone else redoes it; nothing is lost). On a partitioned
- * queue, SLUICE_ERR_FULL: the last pushes found the partition at its
- * budget while another had room (see the pushes), so the task was handed
- * back with its resume point instead; claim the next. */
+ * meanwhile (someone else redoes it; nothing is lost). SLUICE_ERR_FULL:
+ * the task was handed back with its resume point instead; claim the next.
+ * That happens on a partitioned queue when the last pushes found the
+ * partition at its budget while another had room (see the pushes), and
+ * when the connection was lost while the task was held and Redis turns
+ * out to have come back without some of its pushes (its last writes lost:
+ * before marking a task done after a reconnect, the producer checks that
+ * every batch it pushed is there; errstr names the first missing). */
 sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t);
 /* The task failed: error (one line) is kept; it is retried, or after the
  * job's max attempts recorded as failed. Frees t. */
