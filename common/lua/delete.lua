@@ -87,7 +87,7 @@ for i, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'cto
                     'rholder', 'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'taskdef',
                     'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches', 'tresume',
                     'failed', 'edone', 'eof', 'task_wake', 'jstage', 'jstage:taskdef',
-                    'redo'}) do
+                    'redo', 'recover', 'recover_pause'}) do
   keys[i] = pre .. s
 end
 n = n + redis.call('UNLINK', unpack(keys))

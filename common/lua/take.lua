@@ -15,6 +15,11 @@ local now = now_ms()
 local cid, want, ep, rank = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local err = enter(cid, ARGV[2], ARGV[3], rank, now)
 if err then return err end
+if redis.call('EXISTS', pre .. 'recover', pre .. 'recover_pause') > 0 then
+  -- Redis restarted: consumers may have yet to restore (restore.lua).
+  return redis.error_reply('RECOVERING Redis restarted; consumers yet to restore: ' ..
+                           redis.call('SCARD', pre .. 'recover'))
+end
 local got, dlvs, dl, marker = {}, {}, {}, nil
 -- Moves up to want - #got ids of epoch e's list to got (their dlv counts
 -- to dlvs). At e's end marker it stops and returns true (the marker and

@@ -26,10 +26,12 @@
  * the last (up to ACK_BATCH_MAX).
  * All three are set up together (AUTH, SELECT, SCRIPT LOAD) and dropped
  * together: a failure of any ends the "session", and the next one starts
- * after an exponential backoff with jitter. A new session first restores
+ * after an exponential backoff with jitter. Every session first restores
  * (restore script) what the application holds and what it acknowledged in
  * the last seconds, in case Redis lost its last writes, then reads its
- * pending list again.
+ * pending list again. After a restart of Redis, takes are answered
+ * RECOVERING until the consumers Redis knew have restored (restore.lua):
+ * the loop polls every RECOVER_POLL_MS meanwhile.
  *
  * Leases run on the server's clock: every take, claim and beat renews
  * this consumer's registration (lib.lua: enter), and the loop notes when
@@ -143,12 +145,19 @@
 #define ACK_WAKE_MAX 64
 /* Batches acknowledged by one ack script call. */
 #define ACK_BATCH_MAX 128
-/* Acknowledgements remembered for restore after a reconnect: those of the
- * last RESTORE_MS (Redis with appendfsync everysec loses about its last
- * second), at most ACKED_RING, sent RESTORE_CHUNK at a time. */
+/* Acknowledgements remembered for restore after a reconnect: those
+ * confirmed in the last RESTORE_MS before the last reply of the session
+ * that was lost (Redis with appendfsync everysec loses about its last
+ * second, two at most), in a ring that grows from ACKED_RING to
+ * ACKED_RING_MAX entries (32 bytes each) while it holds less than that;
+ * sent RESTORE_CHUNK at a time. */
 #define RESTORE_MS 5000
 #define ACKED_RING 4096
+#define ACKED_RING_MAX 262144
 #define RESTORE_CHUNK 256
+/* take answered RECOVERING (Redis restarted; consumers registered before
+ * restore first): the next take after this long. */
+#define RECOVER_POLL_MS 50
 
 enum { CONN_DATA = 0, CONN_CTL = 1, CONN_HAND = 2, NCONN = 3 };
 enum { ST_DOWN = 0, ST_CONNECTING, ST_READY };
@@ -195,10 +204,12 @@ typedef struct item {
     long long dlv;     /* -1: claim sent it to the dead letters: its GET is ignored */
 } item;
 
-/* An acknowledgement Redis confirmed, remembered for restore. */
+/* An acknowledgement Redis confirmed, remembered for restore: the batch
+ * id "e:t:seq[:pad<k>]" as numbers. */
 typedef struct acked_id {
-    char rid[RID_MAX];
-    int64_t ms;        /* monotonic */
+    uint64_t t;
+    uint32_t e, seq, pad;   /* pad 0: not a padding copy */
+    int64_t ms;             /* monotonic */
 } acked_id;
 
 /* Open-addressing set of 64-bit id hashes (0 marks a free slot). */
@@ -305,9 +316,11 @@ struct sluice_consumer {
     int block_ms;              /* BLMOVE timeout: min(BLOCK_MS, lease / 4) */
     char block_arg[16];
     acked_id *ring;            /* acknowledgements confirmed, for restore */
-    size_t ring_head, ring_len;
-    int need_restore;          /* the session started after a lost one */
-    size_t restore_at;         /* restore: pairs sent so far */
+    size_t ring_head, ring_len, ring_cap;
+    int need_restore;          /* the session has not sent restore yet */
+    int restored;              /* this session's restore is done */
+    int recovering;            /* take answered RECOVERING last (mu) */
+    int64_t contact_ms;        /* the last reply of a restored session */
     uint32_t mk_epoch;         /* the marker being read (R_JOB, R_EFAILED...) */
     int mk_last;               /* it ends the job's last epoch */
     uint32_t mk_nfailed;       /* tasks of its epoch that failed */
@@ -592,6 +605,7 @@ static void session_fail(sluice_consumer *c, const char *fmt, ...)
     c->blocking = 0;
     c->op = OP_NONE;
     c->op_left = 0;
+    c->restored = 0;
     c->unblock_sent = c->requeue_sent = 0;
     c->beat_inflight = c->reap_inflight = c->role_inflight = 0;
     c->oom_wait = 0;
@@ -694,8 +708,12 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
         } else {
             if (!wrong_address(c, reply))
                 handle(c, q, reply);
+            if (q->gen == c->gen && c->restored)
+                c->contact_ms = sluicei_now_ms();
             if (q->gen == c->gen) {
                 if (q->in_op && --c->op_left == 0) {
+                    if (c->op == OP_RESTORE)
+                        c->restored = 1;
                     c->op = OP_NONE;
                     pump(c);
                 } else if (c->close_deadline_ms) {
@@ -1061,8 +1079,7 @@ static void session_ready(sluice_consumer *c)
     cv_broadcast(c);
     mu_unlock(c);
     c->ever_ready = 1;
-    c->need_restore = !closing && c->ack_mode == SLUICE_ACK_EXPLICIT;
-    c->restore_at = 0;
+    c->need_restore = !closing;
     c->need_resync = !closing;
     c->list_empty = 0;
     if (c->ack_mode == SLUICE_ACK_EXPLICIT)
@@ -1309,6 +1326,22 @@ static void add_item(sluice_consumer *c, const char *s, size_t len, long long dl
 
 static void handle_take(sluice_consumer *c, req *q, redisReply *r)
 {
+    if (is_err(r, "RECOVERING")) {
+        /* Redis restarted: the consumers registered before it restore
+         * what they did in its last seconds first (restore.lua). */
+        lease_renewed(c, q->sent_ms);
+        mu_lock(c);
+        c->recovering = 1;
+        mu_unlock(c);
+        c->oom_wait = 1;
+        arm(c->oom_ev, RECOVER_POLL_MS);
+        return;
+    }
+    if (c->recovering) {
+        mu_lock(c);
+        c->recovering = 0;
+        mu_unlock(c);
+    }
     if (script_error(c, "take", r))
         return;
     if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
@@ -1750,18 +1783,40 @@ static void handle_beat(sluice_consumer *c, req *q, redisReply *r)
     mu_unlock(c);
 }
 
-/* Remembers a confirmed acknowledgement for restore (RESTORE_MS). */
+/* Remembers a confirmed acknowledgement for restore (RESTORE_MS). A full
+ * ring doubles while its oldest entry is younger than RESTORE_MS (up to
+ * ACKED_RING_MAX), else the oldest goes. */
 static void ring_add(sluice_consumer *c, const char *rid)
 {
     if (!c->ring)
         return;
-    acked_id *a = &c->ring[(c->ring_head + c->ring_len) % ACKED_RING];
-    if (c->ring_len == ACKED_RING)
-        c->ring_head = (c->ring_head + 1) % ACKED_RING;
+    int64_t now = sluicei_now_ms();
+    if (c->ring_len == c->ring_cap && c->ring_cap < ACKED_RING_MAX &&
+        c->ring[c->ring_head].ms > now - RESTORE_MS) {
+        acked_id *r = malloc(2 * c->ring_cap * sizeof *r);
+        if (r) {
+            size_t first = c->ring_cap - c->ring_head;
+            memcpy(r, c->ring + c->ring_head, first * sizeof *r);
+            memcpy(r + first, c->ring, c->ring_head * sizeof *r);
+            free(c->ring);
+            c->ring = r;
+            c->ring_head = 0;
+            c->ring_cap *= 2;
+        }
+    }
+    acked_id a = {0};
+    char *end;
+    a.e = (uint32_t)strtoul(rid, &end, 10);
+    a.t = strtoull(end + 1, &end, 10);
+    a.seq = (uint32_t)strtoul(end + 1, &end, 10);
+    if (*end == ':')
+        a.pad = (uint32_t)strtoul(end + 4, NULL, 10);   /* ":pad<k>" */
+    a.ms = now;
+    c->ring[(c->ring_head + c->ring_len) % c->ring_cap] = a;
+    if (c->ring_len == c->ring_cap)
+        c->ring_head = (c->ring_head + 1) % c->ring_cap;
     else
         c->ring_len++;
-    memcpy(a->rid, rid, RID_MAX);
-    a->ms = sluicei_now_ms();
 }
 
 static void confirm_ack(sluice_consumer *c, const char *id)
@@ -1937,54 +1992,76 @@ static void start_recover(sluice_consumer *c, int room)
     c->nrecover -= k;
 }
 
-/* After a lost session: the restore script (restore.lua) with what the
- * application holds and what it acknowledged in the last RESTORE_MS, in
- * chunks, before anything else is taken. */
+/* At the start of every session, before anything is taken: the restore
+ * script (restore.lua) with what the application holds ("held") and what
+ * it acknowledged lately ("acked": released but not yet sent, sent but
+ * not confirmed, and confirmed in the RESTORE_MS before the last reply of
+ * the last session that had restored), in chunks; at least one call,
+ * empty if need be: it is also how a restarted Redis is noticed (the
+ * script then holds takes back until the consumers it knew restored). */
 static void start_restore(sluice_consumer *c)
 {
-    size_t nout = 0, cap = 0;
-    idbuf *held = NULL;
+    size_t nout = 0, nrel = 0, cap = 0;
+    idbuf *mine = NULL;
     mu_lock(c);
-    if (c->nout && !grow((void **)&held, &cap, c->nout, sizeof *held))
+    if ((c->nout || c->nacks) && !grow((void **)&mine, &cap, c->nout + c->nacks, sizeof *mine)) {
         for (; nout < c->nout; nout++)
-            memcpy(held[nout].s, c->out[nout].rid, RID_MAX);
+            memcpy(mine[nout].s, c->out[nout].rid, RID_MAX);
+        for (; nrel < c->nacks; nrel++)
+            memcpy(mine[nout + nrel].s, c->acks[nrel].s, RID_MAX);
+    }
     mu_unlock(c);
-    int64_t since = sluicei_now_ms() - RESTORE_MS;
-    size_t total = nout + c->ring_len, sent = 0;
+    int64_t since = c->contact_ms - RESTORE_MS;
+    size_t total = nout + nrel + c->nunconf + c->ring_len, sent = 0;
     const char **argv = malloc((4 + 2 * RESTORE_CHUNK) * sizeof *argv);
+    idbuf *txt = malloc(RESTORE_CHUNK * sizeof *txt);
     c->need_restore = 0;
-    if (!argv) {
-        free(held);
+    if (!argv || !txt) {
+        free(argv);
+        free(txt);
+        free(mine);
         session_fail(c, "out of memory");
         return;
     }
     c->op = OP_RESTORE;
     uint64_t gen = c->gen;
-    while (sent < total && gen == c->gen) {
-        int k = 4;
+    int calls = 0;
+    while ((sent < total || calls == 0) && gen == c->gen) {
+        int k = 4, nt = 0;
         argv[0] = c->id;
         argv[1] = c->tok;
         argv[2] = c->registered ? "0" : "1";
         argv[3] = c->rank_s;
         for (; sent < total && k < 4 + 2 * RESTORE_CHUNK; sent++) {
-            if (sent < nout) {
-                argv[k++] = "held";
-                argv[k++] = held[sent].s;
+            size_t i = sent;
+            if (i < nout + nrel) {
+                argv[k++] = i < nout ? "held" : "acked";
+                argv[k++] = mine[i].s;
                 continue;
             }
-            const acked_id *a = &c->ring[(c->ring_head + sent - nout) % ACKED_RING];
-            if (a->ms >= since) {
+            i -= nout + nrel;
+            if (i < c->nunconf) {
                 argv[k++] = "acked";
-                argv[k++] = a->rid;
+                argv[k++] = c->unconf[i].s;
+                continue;
+            }
+            i -= c->nunconf;
+            const acked_id *a = &c->ring[(c->ring_head + i) % c->ring_cap];
+            if (a->ms >= since) {
+                char *b = txt[nt++].s;
+                int n = snprintf(b, RID_MAX, "%" PRIu32 ":%" PRIu64 ":%" PRIu32, a->e, a->t, a->seq);
+                if (a->pad)
+                    snprintf(b + n, (size_t)(RID_MAX - n), ":pad%" PRIu32, a->pad);
+                argv[k++] = "acked";
+                argv[k++] = b;
             }
         }
-        if (k > 4)
-            send_script(c, CONN_DATA, new_req(R_RESTORE, -1), 1, SLUICEI_SCRIPT_RESTORE, k, argv);
+        send_script(c, CONN_DATA, new_req(R_RESTORE, -1), 1, SLUICEI_SCRIPT_RESTORE, k, argv);
+        calls++;
     }
     free(argv);
-    free(held);
-    if (gen == c->gen && c->op_left == 0)
-        c->op = OP_NONE;   /* nothing to restore */
+    free(txt);
+    free(mine);
 }
 
 /* Close, once the data connection is idle: the last acks, then requeue of
@@ -2592,8 +2669,9 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
     c->producers_alive = -1;
     c->fifo = calloc((size_t)c->prefetch, sizeof *c->fifo);
     c->items = calloc((size_t)c->prefetch, sizeof *c->items);
-    c->ring = c->ack_mode == SLUICE_ACK_EXPLICIT ? calloc(ACKED_RING, sizeof *c->ring) : NULL;
-    if (!c->fifo || !c->items || (c->ack_mode == SLUICE_ACK_EXPLICIT && !c->ring)) {
+    c->ring_cap = ACKED_RING;
+    c->ring = calloc(c->ring_cap, sizeof *c->ring);
+    if (!c->fifo || !c->items || !c->ring) {
         snprintf(errbuf, errlen, "out of memory");
         free_consumer(c);
         return SLUICE_ERR_NOMEM;
@@ -3387,9 +3465,10 @@ int64_t sluice_consumer_wait_status(const sluice_consumer *c, char *buf, size_t 
     int64_t since = c->wait_since;
     const sluice_consumer *fatal = NULL, *down = NULL;
     const char *state = NULL;
-    int alive = -1, renewing = 0;
+    int alive = -1, renewing = 0, recovering = 0;
     for (int k = 0; k < n; k++) {
         const sluice_consumer *ch = cs[k];
+        recovering |= ch->recovering;
         if (ch->fatal != SLUICE_OK && !fatal)
             fatal = ch;
         if (ch->down_since_ms && !ch->finished && !down)
@@ -3408,6 +3487,10 @@ int64_t sluice_consumer_wait_status(const sluice_consumer *c, char *buf, size_t 
         snprintf(why, sizeof why, "reconnecting: %.500s", down->down_why);
     else if (renewing)
         snprintf(why, sizeof why, "renewing the consumer's lease in queue '%s'", c->queue);
+    else if (recovering)
+        snprintf(why, sizeof why, "Redis restarted: queue '%s' waits for the consumers it knew to "
+                 "restore what they did in its last seconds (at most the lease + 2.5 s)",
+                 c->queue);
     else if (alive < 0)
         snprintf(why, sizeof why, "waiting for batches of queue '%s'", c->queue);
     else if (strcmp(state, "none") == 0 && alive == 0)
