@@ -54,7 +54,8 @@ $(BUILD)/%.o: %.c $(HEADERS) $(wildcard common/src/*.h producer/src/*.h) | $(DEP
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # The Lua scripts are written as common/lua/*.lua and embedded as C strings.
-$(BUILD)/common/lua_scripts.c: $(wildcard common/lua/*.lua) scripts/embed-lua.sh Makefile
+$(BUILD)/common/lua_scripts.c: $(wildcard common/lua/*.lua) scripts/embed-lua.sh scripts/lua-expand.awk \
+                                Makefile
 	@mkdir -p $(dir $@)
 	scripts/embed-lua.sh $(LUA_SCRIPTS) > $@.tmp && mv $@.tmp $@
 

@@ -27,13 +27,45 @@ for name in "${names[@]}"; do
         bad=$((bad + 1))
     fi
     [[ $name == lib ]] && continue
-    # What the programs send: the file with the include expanded.
-    awk -v lib="$ROOT/common/lua/lib.lua" '
-        $0 == "--! include lib" { while ((getline l < lib) > 0) print l; next }
-        { print }' "$ROOT/common/lua/$name.lua" >"$T/expanded.lua"
+    # What the programs send: the file with its include replaced by the
+    # blocks of lib.lua it needs, in their order; checked here apart from
+    # scripts/lua-expand.awk, which makes it: the first block always, and
+    # the block defining every helper the text uses, and no other.
     "$BUILD/sluice-ctl" script "$name" >"$T/code.lua" || fail "sluice-ctl script $name failed"
-    diff -q "$T/expanded.lua" "$T/code.lua" >/dev/null ||
-        { echo "sluice-ctl script $name is not common/lua/$name.lua with lib expanded"; bad=$((bad + 1)); }
+    "$PY" - "$ROOT/common/lua/lib.lua" "$ROOT/common/lua/$name.lua" "$T/code.lua" <<'PYEOF' ||
+import re, sys
+lib, src, code = (open(f).read() for f in sys.argv[1:4])
+blocks = [b + "\n" for b in lib.strip("\n").split("\n\n")]
+if "--! include lib\n" not in src:
+    sys.exit(0 if code == src else "%s: not its file" % sys.argv[2])
+head, _, tail = src.partition("--! include lib\n")
+if not (code.startswith(head) and code.endswith(tail)):
+    sys.exit("%s: not its file with the include replaced" % sys.argv[2])
+mid = code[len(head):len(code) - len(tail)]
+# mid: some of the blocks, in order, a blank line between them
+parts = [p + "\n" for p in mid.rstrip("\n").split("\n\n")]
+it = iter(blocks)
+if not all(any(p == b for b in it) for p in parts) or parts[0] != blocks[0]:
+    sys.exit("%s: the helpers are not blocks of lib.lua in order, the first one first" % sys.argv[2])
+def used(text):
+    text = re.sub(r"--[^\n]*", "", text)
+    text = re.sub(r"'[^'\n]*'", "", text)
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text))
+names = {}
+for b in blocks:
+    for m in re.finditer(r"^(?:local function ([A-Za-z0-9_]+)|local ([A-Za-z0-9_]+)$|([A-Za-z0-9_]+) = function)", b, re.M):
+        names.setdefault(next(g for g in m.groups() if g), []).append(b)
+have = set(parts)
+uses = used(code)
+for n, bs in names.items():
+    if n in uses and not all(b in have for b in bs):
+        sys.exit("%s uses %s, whose definition it lacks" % (sys.argv[2], n))
+for b in parts[1:]:
+    defined = [n for n, bs in names.items() if b in bs]
+    if not any(n in used(code.replace(b, "", 1)) for n in defined):
+        sys.exit("%s includes the helpers %s and uses none of them" % (sys.argv[2], defined))
+PYEOF
+        { echo "sluice-ctl script $name is not common/lua/$name.lua with its helpers expanded"; bad=$((bad + 1)); }
 done
 ((bad == 0)) || fail "$bad script blocks of docs/PROTOCOL.md do not match the code"
 echo "ok: ${#names[@]} script blocks of docs/PROTOCOL.md match common/lua and sluice-ctl"
