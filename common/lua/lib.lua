@@ -5,13 +5,14 @@ local pre = string.sub(meta, 1, -5)
 local job = pre .. 'job'
 -- Redis Cluster: while the queue's slot migrates, this fails (the guard
 -- key never exists) before the script writes anything, so a script sent
--- again once the slot has moved never ran half.
-redis.call('EXISTS', meta, pre .. 'guard')
+-- again once the slot has moved never ran half. Otherwise it says whether
+-- the queue exists.
+local queue_exists = redis.call('EXISTS', meta, pre .. 'guard') > 0
 
 -- The error a script returns on a queue that does not exist (or whose
 -- delete is under way), else nil.
 local function noqueue()
-  if redis.call('EXISTS', meta) == 0 then return redis.error_reply('NOQUEUE no such queue') end
+  if not queue_exists then return redis.error_reply('NOQUEUE no such queue') end
   return nil
 end
 
