@@ -381,7 +381,6 @@ static uint64_t mono_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-
 static int starts_with(const char *s, size_t len, const char *prefix)
 {
     size_t n = strlen(prefix);
