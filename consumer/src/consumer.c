@@ -16,12 +16,16 @@
  *   ctl   acks, heartbeats (beat), reaping (reap), CLIENT UNBLOCK at close.
  *   hand  written by next() itself, never read: CLIENT REPLY OFF, then one
  *         PEXPIREAT b:<id> per batch handed to the application (the mark
- *         of lib.lua: handed), so that Redis knows what the application
- *         received before it has it, at the cost of one write and no round
- *         trip. A kill -9 right after loses nothing of it: the kernel
- *         sends what was written. The socket is the loop's (it connects and
- *         closes it); next() writes to it only under the mutex, while
- *         hand_fd says it is up.
+ *         of lib.lua: handed), so that Redis learns what the application
+ *         received, at the cost of one write and no round trip. The write
+ *         is corked (MSG_MORE): it stays in the kernel, which sends it
+ *         with the next ones when the loop pushes them (every pump and
+ *         tick: hand_flush), after about 200 ms on its own (the process
+ *         frozen), and at once when the socket is closed (a kill -9 too).
+ *         So next() makes no round trip and wakes nobody, and the mark is
+ *         in Redis well before the lease can run out (lease_until). The
+ *         socket is the loop's (it connects and closes it); next() writes
+ *         to it only under the mutex, while hand_fd says it is up.
  * Acks go in batches: one ack script call for every batch released since
  * the last (up to ACK_BATCH_MAX).
  * All three are set up together (AUTH, SELECT, SCRIPT LOAD) and dropped
@@ -37,9 +41,10 @@
  * this consumer's registration (lib.lua: enter), and the loop notes when
  * it sent the last renewal that Redis confirmed. The lease then runs at
  * least until that moment plus the lease (the server renewed it later),
- * whatever the clocks of this host say; lease_until is 3/4 of that, the
- * point up to which next() hands out prefetched batches and the loop
- * starts a BLMOVE (which may block block_ms). A consumer that was silent
+ * whatever the clocks of this host say; lease_until is that minus
+ * max(lease/4, HAND_MARGIN_MS), the point up to which next() hands out
+ * prefetched batches (their marks reach Redis before a reaper can act)
+ * and the loop starts a BLMOVE (which may block block_ms <= lease/4). A consumer that was silent
  * for longer (frozen, starved) learns from Redis that it lost the lease
  * (LEASELOST): it drops its prefetched batches, which went back to the
  * queue, and starts a new session.
@@ -100,6 +105,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -155,6 +162,10 @@
 #define ACKED_RING 4096
 #define ACKED_RING_MAX 262144
 #define RESTORE_CHUNK 256
+/* What the lease must still run when next() hands a batch out: time for
+ * its corked mark to reach Redis (the kernel sends it within about 200
+ * ms even when the process is frozen). */
+#define HAND_MARGIN_MS 500
 /* take answered RECOVERING (Redis restarted; consumers registered before
  * restore first): the next take after this long. */
 #define RECOVER_POLL_MS 50
@@ -287,6 +298,7 @@ struct sluice_consumer {
     int64_t lease_until;       /* monotonic ms up to which the lease surely runs (3/4) */
     int want_lease;            /* next() waits for a renewal (lease_until passed) */
     int hand_broken;           /* a write to the hand socket failed: a new session */
+    int hand_dirty;            /* marks were written (corked) since the last push */
     int64_t wait_since;        /* monotonic ms since next() waits without a batch; 0 */
     char job_state[12];        /* from the last beat: "none", "running", "finished" */
     int producers_alive;       /* from the last beat; -1 before it */
@@ -1065,6 +1077,20 @@ static void publish_hand(sluice_consumer *c)
     mu_unlock(c);
 }
 
+/* Pushes the marks next() wrote corked to Redis now (setting TCP_NODELAY
+ * sends what a socket holds back; on a unix socket nothing is held back).
+ * The loop runs it at every pump and tick, and before a close's requeue. */
+static void hand_flush(sluice_consumer *c)
+{
+    mu_lock(c);
+    if (c->hand_dirty && c->hand_fd >= 0) {
+        int one = 1;
+        setsockopt(c->hand_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    c->hand_dirty = 0;
+    mu_unlock(c);
+}
+
 static void session_ready(sluice_consumer *c)
 {
     c->state = ST_READY;
@@ -1150,10 +1176,11 @@ static void lease_lost(sluice_consumer *c, const char *msg)
 
 /* A renewal sent at sent_ms was confirmed: the lease runs at least until
  * sent_ms + lease on this host's monotonic clock (Redis renewed it later);
- * next() and BLMOVE rely on 3/4 of it. */
+ * next() and BLMOVE rely on it up to max(lease/4, HAND_MARGIN_MS) before. */
 static void lease_renewed(sluice_consumer *c, int64_t sent_ms)
 {
-    int64_t until = sent_ms + c->lease_ms * 3 / 4;
+    int64_t margin = c->lease_ms / 4 > HAND_MARGIN_MS ? c->lease_ms / 4 : HAND_MARGIN_MS;
+    int64_t until = sent_ms + c->lease_ms - margin;
     c->registered = 1;
     mu_lock(c);
     if (until > c->lease_until)
@@ -2099,7 +2126,10 @@ static void close_step(sluice_consumer *c)
         event_base_loopbreak(c->base);   /* what we hold comes back after the lease */
         return;
     }
-    /* out does not change any more: close() runs alone (consumer.h). */
+    /* out does not change any more: close() runs alone (consumer.h). The
+     * marks go first: one landing after the requeue would mark a batch
+     * that is back in its list. */
+    hand_flush(c);
     if (send_script(c, CONN_DATA, new_req(R_REQUEUE, -1), 0, SLUICEI_SCRIPT_REQUEUE, n + 2,
                     argv) == 0)
         c->requeue_sent = 1;
@@ -2193,6 +2223,7 @@ static int pump_once(sluice_consumer *c)
  * system call while batches flow. */
 static void pump(sluice_consumer *c)
 {
+    hand_flush(c);
     for (int round = 0; round < 4; round++) {
         int parked = pump_once(c);
         if (parked < 0)
@@ -2248,6 +2279,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     sluice_consumer *c = arg;
     (void)fd;
     (void)what;
+    hand_flush(c);
     int64_t now = sluicei_now_ms();
     if (c->close_deadline_ms && now >= c->close_deadline_ms) {
         event_base_loopbreak(c->base);
@@ -2988,7 +3020,8 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
 
 /* Tells Redis, on the hand connection, that the batch at the head of c's
  * FIFO goes to the application (lib.lua: handed), before next() hands it
- * out: one write, no reply (CLIENT REPLY OFF). mu is held. Returns 0, or
+ * out: one corked write (see the top), no reply (CLIENT REPLY OFF). mu is
+ * held. Returns 0, or
  * -1 when it cannot be told now: the connection is down, or the lease may
  * have run out (a renewal is asked for); *wake is set when the loop must
  * be woken, and next() waits. Explicit acks only: an at-most-once batch
@@ -3011,8 +3044,9 @@ static int hand_out(sluice_consumer *c, int *wake)
                      rid, strlen(SLUICEI_HANDED_AT), SLUICEI_HANDED_AT);
     ssize_t w;
     do
-        w = send(c->hand_fd, c->hand_cmd, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        w = send(c->hand_fd, c->hand_cmd, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
     while (w < 0 && errno == EINTR);
+    c->hand_dirty = 1;
     if (w != n) {
         /* A socket Redis stopped reading (its buffer is full) or closed; a
          * partial write cut the stream. The loop starts a new session,
