@@ -56,7 +56,7 @@ int main(void)
 CEOF
 # A library built with sanitizers (make asan) needs them in the program too.
 san=()
-if readelf -d "$dest/usr/lib/libsluice.so.0" 2>/dev/null | grep -q 'libasan'; then
+if readelf -d "$dest/usr/lib/libsluice.so.0" 2>/dev/null | grep 'libasan' >/dev/null; then
     # shellcheck disable=SC2054  # one flag with a comma in it
     san=(-fsanitize=address,undefined)
 fi

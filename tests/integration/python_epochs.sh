@@ -9,7 +9,7 @@
 # shellcheck source=tests/integration/_python.sh
 . "$ROOT/tests/integration/_python.sh"
 need_bin sluice-ctl sluice-producer gen-tfrecord
-if ! nm -D --defined-only "$SLUICE_LIB" | grep -qw sluice_consumer_finished; then
+if ! nm -D --defined-only "$SLUICE_LIB" | grep -w sluice_consumer_finished >/dev/null; then
     echo "skip: $SLUICE_LIB has no epochs yet (sluice_consumer_finished)"
     exit 0
 fi

@@ -130,8 +130,7 @@ P2: $(cat "$T/$sig-p2.err")"
     done
     note "$sig: P1: $(tr '\n' '|' <"$T/$sig-p1.err")"
     note "$sig: P2: $(tr '\n' '|' <"$T/$sig-p2.err")"
-    cat "$T/$sig-p1.err" "$T/$sig-p2.err" |
-        grep -q "task [12]:0 .*handed back .*a task of an earlier epoch waits" ||
+    grep -q "task [12]:0 .*handed back .*a task of an earlier epoch waits" "$T/$sig-p1.err" "$T/$sig-p2.err" ||
         fail "$sig: neither P1 nor P2 said it handed its task back for an earlier epoch's"
     grep -qx "job: finished" <<<"$(ctl jobs "$q")" || fail "$sig: $(ctl jobs "$q")"
     [[ $(rcli HLEN "sluice:{$q}:dlv") == 0 ]] || fail "$sig: batches left in the queue"
