@@ -85,7 +85,7 @@ if phase < 8 then return {n, 1} end
 local keys = {}
 for i, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'ctoken', 'crank',
                     'rholder', 'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'taskdef',
-                    'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches', 'tresume',
+                    'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches', 'tresume', 'trun',
                     'failed', 'edone', 'eof', 'task_wake', 'jstage', 'jstage:taskdef',
                     'redo', 'recover', 'recover_pause'}) do
   keys[i] = pre .. s

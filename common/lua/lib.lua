@@ -24,6 +24,14 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The server's run_id (it changes when Redis restarts, or a replica takes
+-- over: writes it had acknowledged may be gone), or nil when the ACL
+-- refuses INFO.
+local function run_id()
+  local info = redis.pcall('INFO', 'server')
+  return type(info) == 'string' and string.match(info, 'run_id:(%x+)') or nil
+end
+
 local function wake_producers()
   redis.call('LPUSH', pre .. 'room', '1')
   redis.call('LTRIM', pre .. 'room', '0', '15')
@@ -349,6 +357,7 @@ local function task_failed(t, err, counted, resume)
   local e = string.match(t, '^(%d+):')
   redis.call('ZREM', pre .. 'tlease', t)
   redis.call('HDEL', pre .. 'towner', t)
+  redis.call('HDEL', pre .. 'trun', t)
   redis.call('HSET', pre .. 'terr', t, err)
   local att = tonumber(redis.call('HGET', pre .. 'tattempts', t) or '0')
   if not counted then

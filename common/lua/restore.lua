@@ -26,8 +26,7 @@ local cid = ARGV[1]
 -- know is back by then) and until every consumer it knew, whose lease ran
 -- when it last heard of anyone, has restored, or its lease plus 2.5 s
 -- have passed.
-local info = redis.pcall('INFO', 'server')
-local rid = type(info) == 'string' and string.match(info, 'run_id:(%x+)')
+local rid = run_id()
 if rid then
   local known = redis.call('HGET', meta, 'run_id')
   if known ~= rid then

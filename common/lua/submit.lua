@@ -96,7 +96,7 @@ if op == 'commit' then
     return redis.error_reply('JOBEXISTS the queue took another job meanwhile')
   end
   for _, k in ipairs({'job', 'taskdef', 'tlease', 'towner', 'tattempts', 'tcrashes', 'terr',
-                      'tbatches', 'tresume', 'failed', 'edone', 'eof', 'estats',
+                      'tbatches', 'tresume', 'trun', 'failed', 'edone', 'eof', 'estats',
                       'bitmaps', 'redo'}) do
     redis.call('UNLINK', pre .. k)
   end

@@ -44,6 +44,10 @@ end
 redis.call('HINCRBY', job, 'twaiting', -1)
 redis.call('ZADD', pre .. 'tlease', now + tonumber(ARGV[2]), t)
 redis.call('HSET', pre .. 'towner', t, ARGV[1])
+-- The server the claim was made on: task_done asks for a check of the
+-- task's pushes when Redis restarted since (it may have lost some).
+local rid = run_id()
+if rid then redis.call('HSET', pre .. 'trun', t, rid) end
 local attempt = redis.call('HINCRBY', pre .. 'tattempts', t, 1)
 local shard = string.match(t, ':(%d+)$')
 local j = redis.call('HMGET', job, 'batch_size', 'epochs')

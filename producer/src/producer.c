@@ -112,6 +112,9 @@
 #define LEASE_MS_DEFAULT 10000
 /* Longest wait on task_wake before claiming again (each claim reaps). */
 #define TASK_WAIT_S 1
+/* task_done rounds of "Redis restarted: check the pushes first" before it
+ * gives up (each takes a restart of Redis). */
+#define TASK_DONE_ROUNDS 8
 /* When a wait for room or for a task is first told to the log callback,
  * and how often again while it lasts. */
 #define WAIT_NOTE_MS 5000
@@ -2521,40 +2524,54 @@ static uint64_t resume_point(const sluice_producer *p, int ok)
 }
 
 /* Before task_done, when the connection was lost while the task was
- * held: Redis may have come back without its last writes, among them
- * pushes it had answered. task_check looks for every batch of the task
- * this producer pushed, 1024 at a time; at the first missing one it hands
- * the task back with that resume point (SLUICE_ERR_FULL; errstr says so),
- * and whoever claims it next pushes from there. */
+ * held, or when task_done found that Redis restarted since the claim:
+ * Redis may have come back without its last writes, among them pushes it
+ * had answered. task_check looks for every batch of the task this
+ * producer pushed, 1024 at a time (at least one call); at the first
+ * missing one it hands the task back with that resume point
+ * (SLUICE_ERR_FULL; errstr says so), and whoever claims it next pushes
+ * from there. The last call, when Redis is still the server the first
+ * call saw (its run_id), records the task as checked on it. */
 static sluice_err check_task(sluice_producer *p)
 {
-    for (uint64_t from = p->resume; from < p->next_seq; from += 1024) {
+    char rid[64] = "";
+    uint64_t from = p->resume < p->next_seq ? p->resume : p->next_seq;
+    for (;;) {
         uint64_t to = p->next_seq - from > 1024 ? from + 1024 : p->next_seq;
+        int last = to == p->next_seq;
         char a[24], b[24];
         snprintf(a, sizeof a, "%" PRIu64, from);
         snprintf(b, sizeof b, "%" PRIu64, to);
-        const char *argv[4] = {p->id, p->task_key, a, b};
+        const char *argv[5] = {p->id, p->task_key, a, b, rid};
         redisReply *r = NULL;
-        sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_CHECK, 4, argv, &r, NULL);
+        sluice_err e = run_script(p, SLUICEI_SCRIPT_TASK_CHECK, last ? 5 : 4, argv, &r, NULL);
         if (e != SLUICE_OK) {
             seterr(p, "task_check %s: %s", p->task_key,
                    r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
         } else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
             e = lease_lost_error(p);
-        } else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-                   r->element[1]->type == REDIS_REPLY_INTEGER) {
+        } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                   r->element[0]->type != REDIS_REPLY_INTEGER) {
+            seterr(p, "task_check %s: unexpected reply", p->task_key);
+            e = SLUICE_ERR_PROTOCOL;
+        } else if (r->element[0]->integer == 0 && r->element[1]->type == REDIS_REPLY_INTEGER) {
             long long seq = r->element[1]->integer;
             seterr(p, "handed back (it resumes at batch %lld): Redis came back without its "
                       "last writes, and batch %lld of this task with them",
                    seq, seq);
             e = SLUICE_ERR_FULL;
+        } else if (from == (p->resume < p->next_seq ? p->resume : p->next_seq) &&
+                   r->element[1]->type == REDIS_REPLY_STRING) {
+            snprintf(rid, sizeof rid, "%s", r->element[1]->str);
         }
         if (r)
             freeReplyObject(r);
         if (e != SLUICE_OK)
             return e;
+        if (last)
+            return SLUICE_OK;
+        from = to;
     }
-    return SLUICE_OK;
 }
 
 sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
@@ -2618,7 +2635,27 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
     const char *argv[3] = {p->id, p->task_key, nb};
     redisReply *r = NULL;
     int resent = 0;
-    e = run_script(p, SLUICEI_SCRIPT_TASK_DONE, 3, argv, &r, &resent);
+    /* 2: Redis restarted since the claim (or the last check), perhaps
+     * without pushes it had answered: check them, then again. Each round
+     * takes a restart of Redis. */
+    for (int round = 0;; round++) {
+        e = run_script(p, SLUICEI_SCRIPT_TASK_DONE, 3, argv, &r, &resent);
+        if (e != SLUICE_OK || r->type != REDIS_REPLY_INTEGER || r->integer != 2)
+            break;
+        freeReplyObject(r);
+        r = NULL;
+        if (round == TASK_DONE_ROUNDS) {
+            seterr(p, "task_done %s: Redis restarted %d times while the task was checked",
+                   p->task_key, round);
+            e = SLUICE_ERR_IO;
+            break;
+        }
+        e = check_task(p);
+        if (e != SLUICE_OK) {
+            end_task(p);   /* handed back, no longer ours, or no Redis: errstr says so */
+            return e;
+        }
+    }
     if (e != SLUICE_OK) {
         seterr(p, "task_done %s: %s", p->task_key,
                r && r->type == REDIS_REPLY_ERROR ? r->str : p->conn->errstr);
