@@ -143,6 +143,15 @@ $(BUILD)/examples/libupper.so: examples/transform/upper.c producer/include/sluic
 
 unit: $(BUILD)/dump-idx $(BUILD)/examples/libupper.so
 
+# The clock-skew shim (LD_PRELOAD; SLUICE_SKEW_MS shifts the wall clock) of
+# tests/integration/clock_skew.sh and tests/faults/churn.sh. Built without
+# $(SAN): a preloaded sanitized object would need its runtime loaded first.
+$(BUILD)/libskew.so: tests/tools/skew.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -shared $< -o $@ $(LDFLAGS) -ldl
+
+unit: $(BUILD)/libskew.so
+
 # The README's test command: unit tests, then integration tests, each on a
 # private redis-server; ends with "N passed, N failed".
 test: unit
