@@ -165,6 +165,15 @@ test-faults: unit
 	@BUILD=$(BUILD) tests/faults/run.sh
 .PHONY: test-faults
 
+# The churn soak (tests/soak.sh): tests/faults/churn.sh, one seeded random
+# scenario of kills, SIGTERM, SIGSTOP past the lease, scale-downs, wrong
+# clocks and Redis restarts, for SEEDS consecutive seeds (from SOAK_SEED0,
+# else a random one). `make test` runs one seed of it, as every fault.
+SEEDS ?= 20
+soak: unit
+	@BUILD=$(BUILD) tests/soak.sh $(SEEDS)
+.PHONY: soak
+
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
 
