@@ -102,6 +102,7 @@ start_prod() {
     nstart=$((nstart + 1))
     [[ -z ${2:-} ]] || { skew_env "$2"; pre=("${SKEW[@]}"); }
     P_OUT[i]=$T/p$nstart
+    : >"${P_OUT[i]}"     # bg's child may be killed before it opens it
     bg "${P_OUT[i]}" "${P_OUT[i]}.err" "${pre[@]}" "$BUILD/sluice-producer" --redis "$REDIS_URL" \
         --queue "$q" --id "p$nstart" --lease-ms "$tlease" --exec "$exec_cmd"
     P_PID[i]=$BG_PID P_ON[i]=1
@@ -110,6 +111,7 @@ start_cons() {
     local i=$1 rk=() pre=("${PYCMD[@]}")
     nstart=$((nstart + 1))
     C_OUT[i]=$T/c$nstart
+    : >"${C_OUT[i]}"     # killed before its redirection, it still has a file
     C_ALL+=("${C_OUT[i]}")
     if [[ ${kinds[i]} == cli ]]; then
         pre=()
@@ -125,6 +127,12 @@ start_cons() {
     fi
     C_PID[i]=$BG_PID C_FIN[i]=0
 }
+# open_io_error ERRFILE: the process failed at its start on a connection
+# lost or refused (Redis restarting then).
+open_io_error() {
+    ((redis_restarts)) &&
+        grep -qiE 'closed the connection|connection refused|connection reset|LOADING' "$1"
+}
 finished() { [[ $(rcli HGET "sluice:{$q}:job" state 2>/dev/null) == finished ]]; }
 ids_of() { grep -c '^id ' "$1" || true; }
 
@@ -135,19 +143,31 @@ ids_of() { grep -c '^id ' "$1" || true; }
 supervise() {
     local i rc
     for i in "${!P_PID[@]}"; do
-        ((P_ON[i])) && [[ -n ${P_PID[i]} ]] && ! alive "${P_PID[i]}" || continue
+        if ! ((P_ON[i])) || [[ -z ${P_PID[i]} ]] || alive "${P_PID[i]}"; then continue; fi
         reap_rc "${P_PID[i]}"; rc=$RC
+        if ((rc == 1)) && ! grep -q '^task ' "${P_OUT[i]}.err" && open_io_error "${P_OUT[i]}.err"; then
+            act "producer $(basename "${P_OUT[i]}") failed to start across the Redis restart: started again"
+            start_prod "$i"
+            continue
+        fi
         ((rc == 0)) || die "producer $(basename "${P_OUT[i]}") exit $rc: $(tail -n 3 "${P_OUT[i]}.err")"
         finished || die "producer $(basename "${P_OUT[i]}") exited 0 before the job finished"
         P_PID[i]=""
     done
     for i in "${!C_PID[@]}"; do
-        ((C_FIN[i] == 0)) && ! alive "${C_PID[i]}" || continue
+        if ((C_FIN[i])) || alive "${C_PID[i]}"; then continue; fi
         reap_rc "${C_PID[i]}"; rc=$RC
         if ((rc == 1 && coord)) && grep -q 'is held by consumer' "${C_OUT[i]}.err" &&
             ! grep -q '^id ' "${C_OUT[i]}"; then
             start_cons "$i"      # the dead holder's lease still runs: again
             sleep 0.2
+            continue
+        fi
+        # open() does not wait out a Redis restart (SLUICE_ERR_IO, as its
+        # doc says; only an open consumer reconnects): start it again.
+        if ((rc == 1)) && ! grep -q '^id ' "${C_OUT[i]}" && open_io_error "${C_OUT[i]}.err"; then
+            act "consumer $(basename "${C_OUT[i]}") failed to open across the Redis restart: started again"
+            start_cons "$i"
             continue
         fi
         ((rc == 0)) || die "consumer $(basename "${C_OUT[i]}") (${kinds[i]}) exit $rc: $(tail -n 3 "${C_OUT[i]}.err")"
