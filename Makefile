@@ -143,6 +143,15 @@ $(BUILD)/examples/libupper.so: examples/transform/upper.c producer/include/sluic
 
 unit: $(BUILD)/dump-idx $(BUILD)/examples/libupper.so
 
+# The clock-skew shim (LD_PRELOAD; SLUICE_SKEW_MS shifts the wall clock) of
+# tests/integration/clock_skew.sh and tests/faults/churn.sh. Built without
+# $(SAN): a preloaded sanitized object would need its runtime loaded first.
+$(BUILD)/libskew.so: tests/tools/skew.c
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CFLAGS) -shared $< -o $@ $(LDFLAGS) -ldl
+
+unit: $(BUILD)/libskew.so
+
 # The README's test command: unit tests, then integration tests, each on a
 # private redis-server; ends with "N passed, N failed".
 test: unit
@@ -155,6 +164,15 @@ test: unit
 test-faults: unit
 	@BUILD=$(BUILD) tests/faults/run.sh
 .PHONY: test-faults
+
+# The churn soak (tests/soak.sh): tests/faults/churn.sh, one seeded random
+# scenario of kills, SIGTERM, SIGSTOP past the lease, scale-downs, wrong
+# clocks and Redis restarts, for SEEDS consecutive seeds (from SOAK_SEED0,
+# else a random one). `make test` runs one seed of it, as every fault.
+SEEDS ?= 20
+soak: unit
+	@BUILD=$(BUILD) tests/soak.sh $(SEEDS)
+.PHONY: soak
 
 asan:
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test

@@ -2,11 +2,17 @@
 """Checks what the consumers of a fault scenario received against the job.
 
 usage: check_ids.py --port P --queue Q --epochs E --batches N0,N1,...
-                    [--exact | --lost-writes] [--killed FILE]... [FILE]...
+                    [--exact | --lost-writes] [--killed FILE]...
+                    [--frozen FILE:N]... [--max-deliveries K] [FILE]...
 
 FILE / --killed FILE: the stdout of one sluice-consume --print-ids process
 (or of slow_consume.py, or of tests/tools/hold)
-(--killed: one that was killed with -9; its output may end anywhere).
+(--killed: one that was killed with -9, or stopped by a signal while
+its application held batches; its output may end anywhere).
+--frozen FILE:N: a consumer frozen (SIGSTOP) past its lease and resumed:
+its first N id lines (those printed before its last freeze) count as a
+killed consumer's (their batches were handed back), the later ones as a
+live consumer's; FILE is not given again as a plain FILE.
 Several consumers may share one FILE when each line ends in " by=NAME"
 (NAME: the consumer that printed it).
 --batches: batches per shard (task), shard 0 first, the same every epoch.
@@ -26,7 +32,10 @@ Checked, and each printed:
     across consumers), carries deliveries >= 2;
   * Redis holds nothing of the job any more: no pending list, no dead
     letter, and the job is finished (the caller checks with sluice-ctl
-    info that no batch is stored).
+    info that no batch is stored). With --max-deliveries K (the queue's),
+    a dead letter is no failure when killed consumers received it K times
+    or more (the poison rule did what it says); it is then not counted as
+    missing either, and is reported.
 Exit 0 when all hold, 1 (with every failure explained) otherwise.
 """
 import argparse
@@ -40,10 +49,12 @@ import redis
 LINE = re.compile(r"^id (\d+):(\d+):(\d+) deliveries=(\d+)( padding=[01])?( by=(\S+))?$")
 
 
-def read_ids(path, killed, got, bad, names):
+def read_ids(path, killed, got, bad, names, upto=None):
     """Adds path's deliveries to got: id -> [(deliveries, where, killed)],
     in the order of the lines; where is path, or "NAME, line N" for a
-    line of consumer NAME in a shared file. Adds the consumers to names."""
+    line of consumer NAME in a shared file. Adds the consumers to names.
+    upto (a frozen consumer): its first upto id lines count as killed,
+    the later ones as live."""
     n, shared = 0, False
     with open(path, errors="replace") as f:
         for no, line in enumerate(f, 1):
@@ -56,6 +67,9 @@ def read_ids(path, killed, got, bad, names):
                 continue
             e, t, s, d = (int(m.group(i)) for i in range(1, 5))
             src = path
+            if upto is not None:
+                killed = n < upto
+                src = "%s (%s)" % (path, "before its freeze" if killed else "after its resume")
             if m.group(7):
                 src, shared = "%s, line %d" % (m.group(7), no), True
                 names.add(m.group(7))
@@ -99,6 +113,8 @@ def main():
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--lost-writes", action="store_true")
     ap.add_argument("--killed", action="append", default=[])
+    ap.add_argument("--frozen", action="append", default=[])
+    ap.add_argument("--max-deliveries", type=int)
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     per_shard = [int(x) for x in a.batches.split(",")]
@@ -113,6 +129,9 @@ def main():
         lines += read_ids(path, False, got, bad, names)
     for path in a.killed:
         lines += read_ids(path, True, got, bad, knames)
+    for spec in a.frozen:
+        path, _, upto = spec.rpartition(":")
+        lines += read_ids(path, True, got, bad, knames, int(upto))
     fails = list(bad)
 
     expected = [(e, t, s) for e in range(a.epochs)
@@ -120,7 +139,20 @@ def main():
     exp_set = set(expected)
     fmt = lambda k: "%d:%d:%d" % k
 
-    missing = [k for k in expected if k not in got]
+    # Dead letters that the poison rule explains: received K times or more
+    # by consumers that then died (or froze) without acknowledging them.
+    dead = [x.decode() for x in r.lrange(pre + "dead", 0, -1)]
+    poisoned = set()
+    for ident in dead:
+        try:
+            k = tuple(int(x) for x in ident.split(":"))
+        except ValueError:
+            continue
+        if a.max_deliveries and len(k) == 3 and sum(
+                1 for _, _, kl in got.get(k, []) if kl) >= a.max_deliveries:
+            poisoned.add(k)
+
+    missing = [k for k in expected if k not in got and k not in poisoned]
     for k in missing[:10]:
         fails.append("id %s never delivered (%s)" % (fmt(k), where(r, q, fmt(k))))
     if len(missing) > 10:
@@ -133,7 +165,7 @@ def main():
     p = r.pipeline(transaction=False)
     for e, t, s in expected:
         p.getbit(pre + "acked:%d:%d" % (e, t), s)
-    unacked = [k for k, b in zip(expected, p.execute()) if b != 1]
+    unacked = [k for k, b in zip(expected, p.execute()) if b != 1 and k not in poisoned]
     for k in unacked[:10]:
         fails.append("id %s not acknowledged (%s)" % (fmt(k), where(r, q, fmt(k))))
     if len(unacked) > 10:
@@ -179,9 +211,11 @@ def main():
     if pend:
         fails.append("pending lists left: %s" % ", ".join(
             "%s (%d)" % (k[len(pre):], r.llen(k)) for k in pend))
-    if r.llen(pre + "dead"):
-        fails.append("%d dead letters: %s" % (r.llen(pre + "dead"), [
-            x.decode() for x in r.hvals(pre + "deadinfo")][:5]))
+    unexplained = [i for i in dead if i not in set(map(fmt, poisoned))]
+    if unexplained:
+        fails.append("%d dead letters: %s" % (len(unexplained), [
+            "%s (%s)" % (i, (r.hget(pre + "deadinfo", i) or b"?").decode())
+            for i in unexplained][:5]))
     state = r.hget(pre + "job", "state")
     if state != b"finished":
         fails.append("job state %r, not finished" % state)
@@ -193,6 +227,9 @@ def main():
           "%d deliveries with deliveries>=2; all %d ids acknowledged: %s"
           % (lines, len(names | knames), len(knames), ", ".join(per_epoch),
              dups, flagged, why, redelivered, len(expected), "yes" if not unacked else "NO"))
+    if poisoned:
+        print("dead-lettered after %d or more deliveries to killed consumers (the poison rule): %s"
+              % (a.max_deliveries, ", ".join(map(fmt, sorted(poisoned)))))
     for f in fails:
         print("FAIL: " + f)
     return 1 if fails else 0

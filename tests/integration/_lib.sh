@@ -2,8 +2,9 @@
 # files that start with "_"). Each test runs in its own bash with
 #   . "$(dirname "$0")/_lib.sh"
 # which gives it: strict mode, ROOT, BUILD (absolute), a scratch dir $T,
-# scripts/redis-tmp.sh, and an EXIT trap that stops every background
-# process the test started (bg) and every redis-server, and removes $T.
+# scripts/redis-tmp.sh, skew_env/skewed (below), and an EXIT trap that
+# stops every background process the test started (bg) and every
+# redis-server, and removes $T.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -118,4 +119,24 @@ gen() {
     [[ -n ${4:-} ]] && args+=(--min-size "$4")
     [[ -n ${5:-} ]] && args+=(--max-size "$5")
     "$BUILD/gen-tfrecord" "${args[@]}" "$1" || fail "gen-tfrecord ${args[*]} $1 failed"
+}
+
+# skew_env MS: sets SKEW to the command prefix (an array: env ...) that
+# runs a program with its wall clock MS milliseconds off (may be negative)
+# through the LD_PRELOAD shim $BUILD/libskew.so (tests/tools/skew.c):
+#   bg OUT ERR "${SKEW[@]}" "$BUILD/sluice-producer" ...   # BG_PID is the program's
+# Under ASan (make asan) the sanitizer runtime must come first in the
+# preload list, and Python then runs without leak detection (as PYCMD).
+skew_env() {
+    local asan
+    asan=$(ldd "$BUILD/libsluice.so" 2>/dev/null | awk '/libasan/ { print $3; exit }')
+    SKEW=(env "SLUICE_SKEW_MS=$1" "LD_PRELOAD=${asan:+$asan:}$BUILD/libskew.so")
+    [[ -z $asan ]] || SKEW+=("ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}")
+}
+# skewed MS CMD...: runs CMD (in the foreground) with its clock MS ms off.
+skewed() {
+    local SKEW
+    skew_env "$1"
+    shift
+    "${SKEW[@]}" "$@"
 }
