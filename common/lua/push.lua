@@ -112,9 +112,14 @@ for k = 1, n do
     else
       -- A push that completes a round of a coordinated queue is taken even
       -- over the budget: the round's other batches wait in stage and only a
-      -- full round frees them, so refusing it could stall every rank.
-      local completes = ranks > 0 and redis.call('LLEN', stage) + 1 >= ranks
-      if not completes and (count + 1 > maxn or used + size > maxb) then
+      -- full round frees them, so refusing it could stall every rank. So
+      -- is every push of a round of the open epoch once begun: later
+      -- epochs may hold the rest of the budget, and the trainers free
+      -- nothing until that round is out (at most one round above it).
+      local staged = ranks > 0 and redis.call('LLEN', stage) or 0
+      local completes = ranks > 0 and staged + 1 >= ranks
+      local begun = staged > 0 and open ~= nil and tonumber(le) == open
+      if not (completes or begun) and (count + 1 > maxn or used + size > maxb) then
         full = true
         out[k] = 0
       else

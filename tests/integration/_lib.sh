@@ -42,7 +42,7 @@ note() { echo "-- $*"; }
 need_bin() {
     local b
     for b in "$@"; do
-        [[ -x $BUILD/$b ]] || fail "$BUILD/$b is not built (make all)"
+        [[ -x $BUILD/$b ]] || fail "$BUILD/$b is not built (make all unit)"
     done
 }
 
