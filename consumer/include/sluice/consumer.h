@@ -139,8 +139,12 @@ typedef struct sluice_consumer_opts {
  * SLUICE_ERR_INVALID for bad options or a world/rank that does not fit the
  * queue, SLUICE_ERR_BUSY when a live consumer holds the consumer id or the
  * rank (open() waits up to the queue's lease for a holder that stopped
- * renewing: a process that died), SLUICE_ERR_NOQUEUE, SLUICE_ERR_IO,
- * SLUICE_ERR_AUTH... o is not kept after the call. Thread-safe. */
+ * renewing: a process that died), SLUICE_ERR_NOQUEUE, SLUICE_ERR_IO when
+ * Redis does not answer within connect_timeout_ms (open() connects once,
+ * so that a wrong address is an error, not a wait: a process started while
+ * Redis is down or restarting must open again; only an open consumer
+ * reconnects), SLUICE_ERR_AUTH... o is not kept after the call.
+ * Thread-safe. */
 sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
                                 char *errbuf, size_t errlen);
 
