@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- task_check: ARGV producer id, 'epoch:shard', from, to (to - from <=
--- 1024), and on the last chunk the run_id the first chunk returned.
+-- 1024), and on the last chunk the run_id the first chunk returned ('' when
+-- the last is the first).
 -- Checks that every batch seq in [from, to) of the task is in the
 -- queue: held (dlv), acknowledged (its bit) or dead-lettered. A producer
 -- whose connection was lost while it held the task, or whose task_done
@@ -37,5 +38,5 @@ if to > from then
   end
 end
 local rid = run_id() or ''
-if rid ~= '' and ARGV[5] == rid then redis.call('HSET', pre .. 'trun', t, rid) end
+if rid ~= '' and (ARGV[5] == '' or ARGV[5] == rid) then redis.call('HSET', pre .. 'trun', t, rid) end
 return {1, rid}

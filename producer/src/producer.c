@@ -2647,8 +2647,8 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
         if (round == TASK_DONE_ROUNDS) {
             seterr(p, "task_done %s: Redis restarted %d times while the task was checked",
                    p->task_key, round);
-            e = SLUICE_ERR_IO;
-            break;
+            end_task(p);
+            return SLUICE_ERR_IO;
         }
         e = check_task(p);
         if (e != SLUICE_OK) {

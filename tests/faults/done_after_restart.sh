@@ -12,7 +12,8 @@
 #      of it says so.
 #   2. Redis restarts again, this time losing nothing: task_done answers 2;
 #      task_check over every batch confirms the task on this server (its
-#      run_id), and task_done then marks it done.
+#      run_id; in one chunk, or in two when the first saw the same server),
+#      and task_done then marks it done.
 # shellcheck source=tests/faults/_lib.sh
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl
@@ -71,12 +72,21 @@ elif step == "redo":
 elif step == "after-restart":
     res = done()
     assert res == 2, "task_done after a lossless restart answered %r, not 2" % res
+    # In two chunks, the last naming a server other than the first's: no
+    # confirmation.
     first = check(0, 3)
     assert first[0] == 1 and first[1], "task_check 0-3: %r" % first
-    rid = first[1].decode()
-    res = check(3, 5, rid)
+    res = check(3, 5, "0" * 40)
+    assert res == [1, first[1]], "task_check 3-5: %r" % res
+    assert done() == 2, "task_done took a check confirmed across two servers"
+    # In two chunks on one server, and in one (the first is the last).
+    res = check(3, 5, first[1].decode())
     assert res == [1, first[1]], "task_check 3-5: %r" % res
     assert j.r.hget(j.key("trun"), "0:0") == first[1], "the check did not confirm the task"
+    j.r.hset(j.key("trun"), "0:0", "0" * 40)
+    res = check(0, 5, "")
+    assert res == [1, first[1]], "task_check 0-5: %r" % res
+    assert j.r.hget(j.key("trun"), "0:0") == first[1], "a check in one chunk did not confirm the task"
     res = done()
     assert res == 1, "task_done after the check answered %r" % res
     assert j.r.hget(j.key("tbatches"), "0:0") == b"5", "tbatches %r" % j.r.hget(j.key("tbatches"), "0:0")
