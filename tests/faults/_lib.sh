@@ -2,12 +2,13 @@
 # Shared helpers of the fault scenarios (sourced; tests/faults/run.sh skips
 # files that start with "_"). On top of tests/integration/_lib.sh (strict
 # mode, $ROOT, $BUILD, scratch dir $T, bg, wait_pid, fail, note, kv, gen,
-# ctl, the private redis-server helpers) it gives:
+# ctl, rcli, now_ms, wait_for, in_file, the private redis-server helpers)
+# it gives:
 #   $SEED      the scenario's seed: $FAULT_SEED, else a random one; printed,
 #              and seeds bash's $RANDOM so every random choice replays
 #   rand A B   sets RAND to a random integer in [A, B] (not a $(...): a
 #              subshell would draw from a fresh seed)
-#   now_ms, ms_sleep MS, wait_for SECONDS CMD..., rcli ARGS... (raw redis-cli)
+#   ms_sleep MS
 #   make_shards, make_line_shards, slow_exec, start_consumer,
 #   start_producer, check_ids, epoch_sums_match, batches_per_shard (below)
 # shellcheck source=tests/integration/_lib.sh
@@ -22,19 +23,6 @@ echo "seed: $SEED (replay the random choices with FAULT_SEED=$SEED)"
 rand() { RAND=$(( $1 + RANDOM % ($2 - $1 + 1) )); }
 # ms_sleep MS: sleeps MS milliseconds.
 ms_sleep() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
-now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-rcli() { redis_tmp_cli --raw "$@"; }
-
-# wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds.
-wait_for() {
-    local secs=$1 i
-    shift
-    for ((i = 0; i < secs * 20; i++)); do
-        "$@" && return 0
-        sleep 0.05
-    done
-    return 1
-}
 
 # make_shards N RECORDS MANIFEST [MIN MAX]: writes N TFRecord shards of
 # RECORDS records each, of MIN..MAX bytes (default 1..600), seeded from

@@ -2,9 +2,9 @@
 # files that start with "_"). Each test runs in its own bash with
 #   . "$(dirname "$0")/_lib.sh"
 # which gives it: strict mode, ROOT, BUILD (absolute), a scratch dir $T,
-# scripts/redis-tmp.sh, skew_env/skewed (below), and an EXIT trap that
-# stops every background process the test started (bg) and every
-# redis-server, and removes $T.
+# scripts/redis-tmp.sh, the helpers below (fail, note, rcli, wait_for...,
+# skew_env/skewed), and an EXIT trap that stops every background process
+# the test started (bg) and every redis-server, and removes $T.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -37,6 +37,27 @@ trap 'exit 143' TERM
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # note MESSAGE...: progress (shown by tests/run.sh only when the test fails).
 note() { echo "-- $*"; }
+
+# rcli ARGS...: redis-cli on the test's server, raw output.
+rcli() { redis_tmp_cli --raw "$@"; }
+# now_ms: the wall clock in milliseconds.
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds.
+wait_for() {
+    local secs=$1 i
+    shift
+    for ((i = 0; i < secs * 20; i++)); do
+        "$@" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+# in_file FILE TEXT: FILE exists and holds TEXT.
+in_file() { grep -q -- "$2" "$1" 2>/dev/null; }
+# owner_is Q TASK ID: TASK of queue Q is claimed by producer ID.
+owner_is() { [[ $(rcli HGET "sluice:{$1}:towner" "$2") == "$3" ]]; }
+# held_is Q N: queue Q holds N batches.
+held_is() { [[ $(rcli HLEN "sluice:{$1}:dlv") == "$2" ]]; }
 
 # need_bin NAME...: the test needs these programs in $BUILD.
 need_bin() {

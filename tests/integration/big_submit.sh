@@ -20,8 +20,6 @@
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl
 
-rcli() { redis_tmp_cli --raw "$@"; }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 N=200000
 [[ ${SLUICE_BIG:-0} == 1 ]] && N=1000000
 EPOCHS=10

@@ -25,19 +25,7 @@
 . "$ROOT/tests/integration/_python.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
 
-rcli() { redis_tmp_cli --raw "$@"; }
-# wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds.
-wait_for() {
-    local secs=$1 i
-    shift
-    for ((i = 0; i < secs * 20; i++)); do
-        "$@" && return 0
-        sleep 0.05
-    done
-    return 1
-}
 kill9() { kill -9 "$1"; wait "$1" 2>/dev/null || true; }
-in_file() { grep -q -- "$2" "$1" 2>/dev/null; }
 # reaped Q N: runs sluice-ctl reap; true once ready:0 holds N ids.
 reaped() {
     ctl reap "$1" >/dev/null || return 1

@@ -20,17 +20,6 @@
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl sluice-consume hold
 
-rcli() { redis_tmp_cli --raw "$@"; }
-# wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds.
-wait_for() {
-    local secs=$1 i
-    shift
-    for ((i = 0; i < secs * 20; i++)); do
-        "$@" && return 0
-        sleep 0.05
-    done
-    return 1
-}
 # pyq CODE ARGS...: runs Python with j (a consumer_jobtool Job on queue $q),
 # r (its redis client), key(name) and the ARGS in sys.argv[1:]; its
 # stderr goes to stdout, so that a failure message is captured with it.

@@ -16,23 +16,6 @@
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-# rcli ARGS...: redis-cli, raw output.
-rcli() { redis_tmp_cli --raw "$@"; }
-# wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds.
-wait_for() {
-    local secs=$1 i
-    shift
-    for ((i = 0; i < secs * 20; i++)); do
-        "$@" && return 0
-        sleep 0.05
-    done
-    return 1
-}
-# owner_is Q TASK ID: TASK is claimed by producer ID.
-owner_is() { [[ $(rcli HGET "sluice:{$1}:towner" "$2") == "$3" ]]; }
-# held_is Q N: the queue holds N batches.
-held_is() { [[ $(rcli HLEN "sluice:{$1}:dlv") == "$2" ]]; }
 
 redis_tmp_start
 

@@ -9,18 +9,6 @@
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
-rcli() { redis_tmp_cli --raw "$@"; }
-wait_for() {
-    local secs=$1 i
-    shift
-    for ((i = 0; i < secs * 20; i++)); do
-        "$@" && return 0
-        sleep 0.05
-    done
-    return 1
-}
-owner_is() { [[ $(rcli HGET "sluice:{$1}:towner" "$2") == "$3" ]]; }
-held_is() { [[ $(rcli HLEN "sluice:{$1}:dlv") == "$2" ]]; }
 
 redis_tmp_start
 q=jobterm

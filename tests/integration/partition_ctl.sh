@@ -27,7 +27,6 @@
 need_bin sluice-ctl
 
 redis_tmp_start --enable-debug-command local
-rcli() { redis_tmp_cli --raw "$@"; }
 # keys: every key in the current server, sorted, one a line.
 keys() { rcli --scan | sort; }
 

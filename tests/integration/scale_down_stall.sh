@@ -24,19 +24,6 @@
 . "$(dirname "$0")/_lib.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
-rcli() { redis_tmp_cli --raw "$@"; }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-# wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds.
-wait_for() {
-    local secs=$1 i
-    shift
-    for ((i = 0; i < secs * 20; i++)); do
-        "$@" && return 0
-        sleep 0.05
-    done
-    return 1
-}
-owner_is() { [[ $(rcli HGET "sluice:{$1}:towner" "$2") == "$3" ]]; }
 llen_is() { [[ $(rcli LLEN "$1") == "$2" ]]; }
 LEASE_MS=2000
 
