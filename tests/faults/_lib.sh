@@ -8,7 +8,7 @@
 #              and seeds bash's $RANDOM so every random choice replays
 #   rand A B   sets RAND to a random integer in [A, B] (not a $(...): a
 #              subshell would draw from a fresh seed)
-#   ms_sleep MS
+#   ms_sleep MS, aof_incr_file, aof_mark, aof_crash_back (below)
 #   make_shards, make_line_shards, slow_exec, start_consumer,
 #   start_producer, check_ids, epoch_sums_match, batches_per_shard (below)
 # shellcheck source=tests/integration/_lib.sh
@@ -23,6 +23,29 @@ echo "seed: $SEED (replay the random choices with FAULT_SEED=$SEED)"
 rand() { RAND=$(( $1 + RANDOM % ($2 - $1 + 1) )); }
 # ms_sleep MS: sleeps MS milliseconds.
 ms_sleep() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
+
+# aof_incr_file: the path of the newest incr file of the private server's
+# AOF (started with --appendonly yes), as its manifest names it.
+aof_incr_file() {
+    local dir=$REDIS_DIR/appendonlydir
+    echo "$dir/$(awk '$1 == "file" && $NF == "i" { f = $2 } END { print f }' "$dir/appendonly.aof.manifest")"
+}
+# aof_mark: remembers where the AOF ends now (AOF_MARK_FILE, AOF_MARK_SIZE).
+aof_mark() {
+    AOF_MARK_FILE=$(aof_incr_file)
+    AOF_MARK_SIZE=$(stat -c %s "$AOF_MARK_FILE")
+}
+# aof_crash_back: the server loses what it wrote since aof_mark, as a
+# crash of its host would: kill -9, the incr file cut back to the mark (a
+# cut inside a transaction goes back to its MULTI: aof_cut.py), restart.
+# Sets AOF_CUT_FROM and AOF_CUT_TO (the file's sizes before and after).
+aof_crash_back() {
+    redis_tmp_kill9
+    AOF_CUT_FROM=$(stat -c %s "$AOF_MARK_FILE")
+    AOF_CUT_TO=$("$PY" "$FAULTS/aof_cut.py" "$AOF_MARK_FILE" "$AOF_MARK_SIZE") || fail "aof_cut.py failed"
+    truncate -s "$AOF_CUT_TO" "$AOF_MARK_FILE"
+    redis_tmp_restart || fail "Redis did not come back: $(tail -n 5 "$REDIS_DIR/redis.log")"
+}
 
 # make_shards N RECORDS MANIFEST [MIN MAX]: writes N TFRecord shards of
 # RECORDS records each, of MIN..MAX bytes (default 1..600), seeded from

@@ -68,7 +68,7 @@ all_alive() {
 }
 delivered() { grep -c '^id ' "$ids" || true; }
 # incr_file: the newest incr file of the AOF, as its manifest names it.
-incr_file() { awk '$1 == "file" && $NF == "i" { f = $2 } END { print f }' "$aof/appendonly.aof.manifest"; }
+incr_file() { basename "$(aof_incr_file)"; }
 # keep: with AOF_KEEP=DIR, copies the scratch dir (the delivery log, the
 # clients' stderr) and Redis's dir (AOF, log) to DIR for a post-mortem.
 keep() {

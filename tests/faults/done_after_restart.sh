@@ -20,8 +20,6 @@ need_bin sluice-ctl
 
 redis_tmp_start --appendonly yes --appendfsync always --aof-load-truncated yes
 q=donecheck
-aof=$REDIS_DIR/appendonlydir
-incr_file() { awk '$1 == "file" && $NF == "i" { f = $2 } END { print f }' "$aof/appendonly.aof.manifest"; }
 ctl create "$q" --max-batches 16 --max-bytes 1M --lease-ms 2000 >/dev/null
 
 # py STEP: one step of the scenario (the Python below), against the
@@ -96,13 +94,9 @@ PYEOF
 }
 
 py setup || fail "setup failed"
-f=$(incr_file)
-size=$(stat -c %s "$aof/$f")
+aof_mark
 py lost || fail "the lost pushes failed"
-redis_tmp_kill9
-cut=$("$PY" "$FAULTS/aof_cut.py" "$aof/$f" "$size") || fail "aof_cut.py failed"
-truncate -s "$cut" "$aof/$f"
-redis_tmp_restart || fail "Redis did not come back: $(tail -n 5 "$REDIS_DIR/redis.log")"
+aof_crash_back
 py after-loss || fail "a task_done after Redis lost pushes was not checked first"
 py redo || fail "the redone pushes failed"
 redis_tmp_kill9

@@ -19,8 +19,6 @@ need_bin sluice-ctl sluice-producer sluice-consume
 
 redis_tmp_start --appendonly yes --appendfsync everysec --aof-load-truncated yes
 q=lost
-aof=$REDIS_DIR/appendonlydir
-incr_file() { awk '$1 == "file" && $NF == "i" { f = $2 } END { print f }' "$aof/appendonly.aof.manifest"; }
 stored() { rcli HGET "sluice:{$q}:stats" pushed; }
 stored_at_least() {
     local n
@@ -35,18 +33,12 @@ start_producer "$T/p" "$q" --id p --lease-ms 5000 --exec "$(slow_exec 50)"
 p=$BG_PID
 
 wait_for 20 stored_at_least 10 || fail "the producer did not store 10 batches: $(cat "$T/p.err")"
-f=$(incr_file)
-size=$(stat -c %s "$aof/$f")
+aof_mark
 before=$(stored)
 wait_for 20 stored_at_least $((before + 10)) || fail "the producer stalled: $(cat "$T/p.err")"
-redis_tmp_kill9
-had=$(stat -c %s "$aof/$f")
-# A cut inside a transaction goes back to its MULTI (aof_cut.py).
-cut=$("$PY" "$FAULTS/aof_cut.py" "$aof/$f" "$size") || fail "aof_cut.py failed"
-truncate -s "$cut" "$aof/$f"
-redis_tmp_restart || fail "Redis did not come back: $(tail -n 5 "$REDIS_DIR/redis.log")"
+aof_crash_back
 after=$(stored)
-echo "cut $f from $had to $cut bytes: stored batches $before+10 or more before the kill, ${after:-0} after the load"
+echo "cut $(basename "$AOF_MARK_FILE") from $AOF_CUT_FROM to $AOF_CUT_TO bytes: stored batches $before+10 or more before the kill, ${after:-0} after the load"
 (( ${after:-0} < before + 10 )) || fail "the cut lost no push (stored ${after:-0})"
 [[ $(rcli HGET "sluice:{$q}:towner" 0:0) == p ]] || fail "the task's claim did not survive the cut"
 

@@ -17,8 +17,6 @@ need_bin sluice-ctl
 
 redis_tmp_start --appendonly yes --appendfsync everysec --aof-load-truncated yes
 q=gate
-aof=$REDIS_DIR/appendonlydir
-incr_file() { awk '$1 == "file" && $NF == "i" { f = $2 } END { print f }' "$aof/appendonly.aof.manifest"; }
 ctl create "$q" --max-batches 16 --max-bytes 1M --lease-ms 2000 >/dev/null
 
 # py STEP: one step of the scenario (the Python below), against the
@@ -90,12 +88,8 @@ PYEOF
 }
 
 py setup || fail "setup failed"
-f=$(incr_file)
-size=$(stat -c %s "$aof/$f")
+aof_mark
 py lost || fail "the lost second failed"
-redis_tmp_kill9
-cut=$("$PY" "$FAULTS/aof_cut.py" "$aof/$f" "$size") || fail "aof_cut.py failed"
-truncate -s "$cut" "$aof/$f"
-redis_tmp_restart || fail "Redis did not come back: $(tail -n 5 "$REDIS_DIR/redis.log")"
+aof_crash_back
 py after || fail "the restart was not held back until B restored"
 echo "ok: no consumer took what another had acknowledged in the lost second before it restored"
