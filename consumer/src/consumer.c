@@ -497,6 +497,28 @@ static void idset_add(idset *s, uint64_t h)
     idset_put(s, h);
 }
 
+/* Removes h (linear probing: the entries after it in its run move back
+ * into the hole when their home slot lies at or before it). */
+static void idset_del(idset *s, uint64_t h)
+{
+    if (!s->cap)
+        return;
+    size_t mask = s->cap - 1, i = h & mask;
+    while (s->v[i] != h) {
+        if (s->v[i] == 0)
+            return;
+        i = (i + 1) & mask;
+    }
+    for (size_t j = (i + 1) & mask; s->v[j] != 0; j = (j + 1) & mask) {
+        if (((j - (s->v[j] & mask)) & mask) >= ((j - i) & mask)) {
+            s->v[i] = s->v[j];
+            i = j;
+        }
+    }
+    s->v[i] = 0;
+    s->n--;
+}
+
 static void idset_clear(idset *s)
 {
     free(s->v);
@@ -518,6 +540,15 @@ static void dups_add(sluice_consumer *c, const char *rid)
         idset_clear(cur);
     }
     idset_add(cur, id_hash(rid));
+}
+
+/* Forgets rid: a prefetched batch dropped before next() handed it out
+ * (lease_lost()), so that when it comes again it is no duplicate. */
+static void dups_del(sluice_consumer *c, const char *rid)
+{
+    uint64_t h = id_hash(rid);
+    idset_del(&c->dups[0], h);
+    idset_del(&c->dups[1], h);
 }
 
 static void dups_reset(sluice_consumer *c)
@@ -1160,8 +1191,11 @@ static void lease_lost(sluice_consumer *c, const char *msg)
 {
     sluice_consumer *t = c->top;
     mu_lock(c);
-    /* At most once, they are acknowledged already: nobody else gets them. */
+    /* At most once, they are acknowledged already: nobody else gets them.
+     * The duplicate filter (the loop's) forgets them: they were never the
+     * application's, and when they come again they are new to it. */
     while (c->fifo_len > 0 && c->ack_mode == SLUICE_ACK_EXPLICIT) {
+        dups_del(c, c->fifo[c->fifo_head].rid);
         sluice_batch_free(c->fifo[c->fifo_head].b);
         c->fifo_head = (c->fifo_head + 1) % c->prefetch;
         c->fifo_len--;

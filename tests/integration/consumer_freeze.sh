@@ -19,6 +19,9 @@
 #      it had prefetched (it lost its lease: it drops its prefetch), so
 #      from the prints of the two consumers every batch was processed once,
 #      except the one the frozen application held, which came again flagged.
+#  (c) As (b), but nobody else consumes: the resumed trainer takes back what
+#      it had prefetched, and its application gets every one of them
+#      (unflagged), none acknowledged unseen.
 # shellcheck source=tests/integration/_lib.sh
 . "$(dirname "$0")/_lib.sh"
 # shellcheck source=tests/integration/_python.sh
@@ -179,4 +182,43 @@ dups=$(uniq -d <<<"$all")
     fail "b: batches processed twice: '$dups', expected only ${again[*]}"
 (($(uniq <<<"$all" | wc -l) == 16)) || fail "b: $(uniq <<<"$all" | wc -l) distinct batches processed, expected 16"
 empty "$q"
-echo "ok: a resumed consumer kept (and lost at its kill) what its application held, and handed out nothing it had prefetched"
+
+# ---- (c) its prefetched batches come back to the frozen consumer itself ----
+q=selfback
+ctl create "$q" --max-batches 100 --max-bytes 64M --lease-ms 1000 >/dev/null
+gen "$T/c.tfrecord" 160 13 10 200 >/dev/null
+"$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --format tfrecord \
+    --batch-size 10 --summary --quiet "$T/c.tfrecord" >/dev/null || fail "c: producer failed"
+bg "$T/C.out" "$T/C.err" "${PYCMD[@]}" "$ROOT/tests/integration/consumer_freeze.py" \
+    "$REDIS_URL" "$q" C 100 3000
+c=$BG_PID
+frozen_c() {
+    (($(grep -c '^id ' "$T/C.out") >= 2 && $(rcli LLEN "sluice:{$q}:pending:C") == 5))
+}
+wait_for 20 frozen_c || fail "c: C never held a batch with 4 prefetched behind it: $(cat "$T/C.out" "$T/C.err")"
+kill -STOP "$c"
+mapfile -t pend < <(rcli LRANGE "sluice:{$q}:pending:C" 0 -1)
+prefetched=()
+for id in "${pend[@]}"; do
+    grep -q "^id $id " "$T/C.out" || prefetched+=("$id")
+done
+((${#prefetched[@]} >= 3)) || fail "c: C had only ${#prefetched[@]} batches prefetched at the freeze"
+ready=$(rcli LLEN "sluice:{$q}:ready:0")
+wait_for 15 reaped "$q" $((ready + ${#pend[@]})) ||
+    fail "c: C's batches were not handed back: pending $(rcli LRANGE "sluice:{$q}:pending:C" 0 -1 | tr '\n' ' ')"
+note "c: C frozen and reaped with ${prefetched[*]} prefetched; resumed, nobody else consuming"
+kill -CONT "$c"
+rc=0; wait_pid "$c" 30 || rc=$?
+((rc == 0)) || fail "c: C exit $rc after the resume: $(cat "$T/C.err")"
+# C drops its prefetch (it lost its lease) and takes those batches again
+# from the queue: its application gets each of them now, unflagged (only
+# the library had had them). Its filter of duplicates once took them for
+# batches its application had released, and acknowledged them unseen.
+for id in "${prefetched[@]}"; do
+    grep -qx "id $id deliveries=1" "$T/C.out" ||
+        fail "c: C's application never got $id (prefetched before the freeze) unflagged: $(grep "^id $id " "$T/C.out")"
+done
+(($(grep '^id ' "$T/C.out" | awk '{ print $2 }' | sort -u | wc -l) == 16)) ||
+    fail "c: C's application got $(grep '^id ' "$T/C.out" | awk '{ print $2 }' | sort -u | wc -l) distinct batches, expected 16"
+empty "$q"
+echo "ok: a resumed consumer kept (and lost at its kill) what its application held, handed out nothing it had prefetched that others took, and got back what it had prefetched when nobody did"
