@@ -44,10 +44,11 @@
  * whatever the clocks of this host say; lease_until is that minus
  * max(lease/4, HAND_MARGIN_MS), the point up to which next() hands out
  * prefetched batches (their marks reach Redis before a reaper can act)
- * and the loop starts a BLMOVE (which may block block_ms <= lease/4). A consumer that was silent
- * for longer (frozen, starved) learns from Redis that it lost the lease
- * (LEASELOST): it drops its prefetched batches, which went back to the
- * queue, and starts a new session.
+ * and the loop starts a BLMOVE (which may block block_ms <= lease/4). A
+ * consumer that was silent for longer (frozen, starved) learns from Redis
+ * that it lost the lease (LEASELOST): it drops its prefetched batches,
+ * which went back to the queue (and forgets them: they are no duplicates
+ * when they come again), and starts a new session.
  *
  * Where a batch is, from the consumer's point of view:
  *   ready (Redis) -> pending:<cid> (Redis) and then, locally, one of
