@@ -838,12 +838,18 @@ sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile
 {
     int64_t start = sluicei_now_ms();
     unsigned tries = 0;
+    int last_try = 0;   /* made since *stop was set */
     drop(c);
     for (;;) {
         const char *why = NULL;
-        if (stop && *stop) {
+        if (stop && *stop && last_try) {
             why = "stopped";
         } else {
+            /* Told to stop: one more try at once, without the backoff, so
+             * that a clean shutdown (a task handed back, the last pushes
+             * confirmed) still reaches a Redis that is back by now. */
+            if (stop && *stop)
+                last_try = 1;
             int connect_ms = c->connect_timeout_ms;
             if (deadline_ms >= 0) {
                 int64_t left = deadline_ms - sluicei_now_ms();
@@ -885,9 +891,9 @@ sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile
                 wake = deadline_ms;
             while (!(stop && *stop) && (now = sluicei_now_ms()) < wake)
                 sleep_ms(wake - now > STOP_POLL_MS ? STOP_POLL_MS : (int)(wake - now));
-            if (stop && *stop)
+            if (stop && *stop && last_try)
                 why = "stopped";
-            else if (deadline_ms >= 0 && sluicei_now_ms() >= deadline_ms)
+            else if (!(stop && *stop) && deadline_ms >= 0 && sluicei_now_ms() >= deadline_ms)
                 why = "gave up";
         }
         if (why) {

@@ -171,7 +171,9 @@ static void usage(FILE *f)
             "pushes in flight (not for room in a full queue). Files mode: exits 130\n"
             "(SIGINT) or 143 (SIGTERM), or 0 if all input had been pushed already. Job\n"
             "mode: hands its task back untried (another producer does it; the attempt is\n"
-            "not counted) and exits 0. A second signal exits at once (128 + signal).\n"
+            "not counted) and exits 0. Reconnecting then, it tries once more at once;\n"
+            "with Redis still out of reach it exits 1 (the task comes back through its\n"
+            "lease). A second signal exits at once (128 + signal).\n"
             "\n"
             "Exit status: 0 success (job mode: the job is finished or the queue has none,\n"
             "or a clean shutdown on a signal), 1 runtime error, 2 usage error, 130/143\n"
@@ -723,12 +725,14 @@ static int run_task(run *r, batch *b, sluice_task *t)
         }
         if (e == SLUICE_ERR_FULL) {
             /* Its last batches found the queue (its partition) at its
-             * budget while the producer is wanted elsewhere: handed back
-             * with its resume point; errstr says why. */
-            r->tasks_handed_back++;
+             * budget while the producer is wanted elsewhere, or the signal
+             * came while they waited: handed back with its resume point;
+             * errstr says why. */
+            if (!stop_flag)
+                r->tasks_handed_back++;
             if (!r->cf->quiet)
                 say(r, "task %s (%s): %s\n", key, what, sluice_producer_errstr(r->p));
-            return 0;
+            return stop_flag ? -1 : 0;
         }
         if (lease_lost(r->p)) {
             r->tasks_lost++;

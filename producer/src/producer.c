@@ -2616,6 +2616,21 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
             return e;
         }
     }
+    if (e != SLUICE_OK && p->stop && *p->stop && !p->lease_lost && p->conn->ctx) {
+        /* Told to stop while its last batches waited (for room, say): no
+         * failure of the task; handed back untried from the first of
+         * them not stored. */
+        char why[SLUICE_MAX_PRODUCER_ID + 64];
+        snprintf(why, sizeof why, "handed back by producer %s (shutting down)", p->id);
+        uint64_t resume = resume_point(p, 0);
+        e = fail_script(p, why, 1, resume);
+        if (e == SLUICE_OK) {
+            seterr(p, "handed back (shutting down; it resumes at batch %" PRIu64 ")", resume);
+            e = SLUICE_ERR_FULL;
+        }
+        end_task(p);
+        return e;
+    }
     if (e != SLUICE_OK) {
         /* Some batch is not stored: the task is not done. Fail the attempt
          * (keeping the push error as the task's error), unless it is no

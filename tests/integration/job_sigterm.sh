@@ -55,4 +55,28 @@ line=$(cat "$T/c.out")
 info=$(ctl info "$q")
 grep -qx "job: finished" <<<"$info" || fail "job not finished: $info"
 grep -qx "tasks_failed: 0" <<<"$info" || fail "a task failed: $info"
-echo "ok: SIGTERM handed task 0:0 back (no attempt counted); B finished the job, 450 records once"
+
+# SIGTERM while the task's last batch waits for room, after its records
+# ran out (the wait is the one that marks the task done): handed back
+# untried too, from the first batch not stored; it used to count a failed
+# attempt and exit 1.
+q=jobterm2
+gen "$T/t.tfrecord" 50 910 1 200 >/dev/null
+echo "tfrecord t.tfrecord" >"$T/t.manifest"
+ctl create "$q" --max-batches 4 --max-bytes 64M >/dev/null
+ctl submit "$q" --manifest "$T/t.manifest" --epochs 1 --batch-size 10 >/dev/null || fail "submit 2 failed"
+bg "$T/d.out" "$T/d.err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --id D
+d=$BG_PID
+wait_for 10 held_is "$q" 4 || fail "D did not fill the queue: $(cat "$T/d.err")"
+wait_for 10 owner_is "$q" 0:0 D || fail "D does not hold 0:0"
+kill -TERM "$d"
+rc=0; wait_pid "$d" 5 || rc=$?
+((rc == 0)) || fail "D exit $rc after SIGTERM with its last batch waiting for room: $(cat "$T/d.err")"
+note "D: $(tr '\n' '|' <"$T/d.err")"
+grep -q "task 0:0 .*handed back" "$T/d.err" || fail "D did not report handing task 0:0 back: $(cat "$T/d.err")"
+[[ $(rcli HGET "sluice:{$q}:tattempts" 0:0) == 0 ]] || fail "D's hand-back counted as an attempt"
+[[ $(rcli LINDEX "sluice:{$q}:tasks:0" 0) == 0:0 ]] || fail "0:0 is not back in the waiting list"
+[[ $(rcli HGET "sluice:{$q}:terr" 0:0) == "handed back by producer D (shutting down)" ]] ||
+    fail "terr of 0:0: '$(rcli HGET "sluice:{$q}:terr" 0:0)'"
+[[ $(rcli LLEN "sluice:{$q}:failed") == 0 ]] || fail "a task is recorded failed"
+echo "ok: SIGTERM handed task 0:0 back (no attempt counted); B finished the job, 450 records once; a task whose last batch waited for room was handed back untried too"

@@ -150,7 +150,9 @@ sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int
  * when the connection was lost while the task was held and Redis turns
  * out to have come back without some of its pushes (its last writes lost:
  * before marking a task done after a reconnect, the producer checks that
- * every batch it pushed is there; errstr names the first missing). */
+ * every batch it pushed is there; errstr names the first missing), and
+ * when *opts.stop was raised while its last batches waited (for room):
+ * handed back untried. */
 sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t);
 /* The task failed: error (one line) is kept; it is retried, or after the
  * job's max attempts recorded as failed. Frees t. */
