@@ -74,7 +74,8 @@ void sluicei_conn_close(sluicei_conn *c);   /* NULL is a no-op */
  * exponential backoff (50 ms doubling to 2 s, +-25% jitter) between
  * attempts, until it succeeds or deadline_ms (CLOCK_MONOTONIC, see
  * sluicei_now_ms()) passes; deadline_ms < 0 waits forever, but *stop != 0
- * (when stop is not NULL) ends the wait with SLUICE_ERR_IO. Auth failures
+ * (when stop is not NULL) ends the wait with SLUICE_ERR_IO after one more
+ * attempt at once (a clean shutdown may still find Redis back). Auth failures
  * are final: returns SLUICE_ERR_AUTH at once. When c->resolve is set it is
  * called before every attempt; its failure counts as a failed attempt
  * (its message in c->errstr), except SLUICE_ERR_AUTH, which is final. */

@@ -2618,8 +2618,8 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
     }
     if (e != SLUICE_OK && p->stop && *p->stop && !p->lease_lost && p->conn->ctx) {
         /* Told to stop while its last batches waited (for room, say): no
-         * failure of the task; handed back untried from the first of
-         * them not stored. */
+         * failure of the task; handed back untried, with the resume point
+         * of what is known to be stored. */
         char why[SLUICE_MAX_PRODUCER_ID + 64];
         snprintf(why, sizeof why, "handed back by producer %s (shutting down)", p->id);
         uint64_t resume = resume_point(p, 0);
