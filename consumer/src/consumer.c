@@ -1111,16 +1111,20 @@ static void publish_hand(sluice_consumer *c)
 
 /* Pushes the marks next() wrote corked to Redis now (setting TCP_NODELAY
  * sends what a socket holds back; on a unix socket nothing is held back).
- * The loop runs it at every pump and tick, and before a close's requeue. */
+ * The loop runs it at every pump and tick, and before a close's requeue.
+ * The push (on loopback, Redis's side of the delivery too) runs outside
+ * the mutex, so next() does not wait for it: only this thread closes the
+ * socket. */
 static void hand_flush(sluice_consumer *c)
 {
     mu_lock(c);
-    if (c->hand_dirty && c->hand_fd >= 0) {
-        int one = 1;
-        setsockopt(c->hand_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
+    int fd = c->hand_dirty ? c->hand_fd : -1;
     c->hand_dirty = 0;
     mu_unlock(c);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
 }
 
 static void session_ready(sluice_consumer *c)
