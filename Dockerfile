@@ -20,13 +20,12 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 
-# `make` runs scripts/install-deps.sh first, which would also install the
-# test tools (redis-server, python3...). This stage installed what compiling
-# needs, so the stamp tells make the dependencies are satisfied.
+# `make` only builds (`make deps` would also install the test tools); this
+# stage installed what compiling needs.
 # build/sluice-trainer is the example trainer (examples/trainer/), which
 # `make install` does not install: install-trainer.sh puts it next to the
 # other programs.
-RUN rm -rf build && mkdir -p build && touch build/.deps-ok \
+RUN rm -rf build \
  && make -j"$(nproc)" all build/sluice-trainer \
  && make install PREFIX=/usr/local DESTDIR=/out \
  && bash docker/install-trainer.sh /out/usr/local/bin

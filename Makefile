@@ -9,31 +9,56 @@ SAN     ?=
 CC      ?= cc
 
 PKGS      := hiredis libevent msgpack
-DEPS_OK   := $(BUILD)/.deps-ok
-BASE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -D_GNU_SOURCE \
-               -Icommon/include -Iconsumer/include -Iproducer/include -Icommon/src -Iproducer/src
+BASE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -D_GNU_SOURCE -fvisibility=hidden
 ALL_CFLAGS  = $(BASE_CFLAGS) $(SAN) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
 LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz -ldl
 ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 
-LIB_SRC := common/src/err.c common/src/conn.c common/src/wire.c common/src/proto.c \
-           common/src/cluster.c consumer/src/consumer.c producer/src/producer.c
-READER_SRC := producer/src/reader.c $(wildcard producer/src/readers/*.c) producer/src/crc32c.c
-# Jobs: manifests (which count records through the readers) and --transform
-# plugins; linked into sluice-producer, sluice-ctl and the unit tests.
-JOB_SRC := producer/src/manifest.c producer/src/transform.c
-# The Prometheus endpoint (evhttp on a thread of its own) of
-# sluice-producer --metrics-addr and sluice-ctl metrics; not in libsluice.
-METRICS_SRC := common/src/metrics.c
+# ---- the parts and what each may see --------------------------------------
+# docs/ARCHITECTURE.md "Where things live" maps every folder. A part is
+# compiled with the include folders of itself and of the parts below it,
+# never of a part above: the build keeps the layers.
+#
+#   common/include/sluice  the public API (all that is installed)
+#   common/src             libsluice's core: errors, addresses, connections,
+#                          the key schema and scripts, the wire format, cluster
+#   consumer/src           libsluice's consumer half       (sees core)
+#   producer/src           libsluice's producer half       (sees core)
+#   producer/job           job logic: manifests, readers, transforms, the
+#                          batcher; in sluice-producer and sluice-ctl
+#   common/cli             what the programs share: flags, metrics endpoint
+#   producer/daemon        sluice-producer
+#   consumer/cli           sluice-consume
+#   ctl                    sluice-ctl
+PUB      := -Icommon/include
+CORE     := $(PUB) -Icommon/src
+INC_common/src     := $(CORE)
+INC_consumer/src   := $(CORE) -Iconsumer/src
+INC_producer/src   := $(CORE) -Iproducer/src
+INC_producer/job   := $(CORE) -Iproducer/job
+INC_common/cli     := $(CORE) -Icommon/cli
+INC_producer/daemon := $(CORE) -Iproducer/src -Iproducer/job -Icommon/cli
+INC_consumer/cli   := $(CORE) -Icommon/cli
+INC_ctl            := $(CORE) -Iproducer/job -Icommon/cli
+INC_examples       := $(PUB)
+# Tests and their tools see everything.
+INC_tests          := $(CORE) -Iconsumer/src -Iproducer/src -Iproducer/job -Icommon/cli
+# The include flags of a source file: those of the first part its path starts with.
+PART_OF = $(firstword $(foreach p,producer/daemon producer/job producer/src consumer/src consumer/cli \
+                                  common/src common/cli ctl examples tests,$(if $(filter $(p)/%,$(1)),$(p))))
+INC_OF  = $(INC_$(call PART_OF,$(1)))
+
+LIB_SRC := $(wildcard common/src/*.c consumer/src/*.c producer/src/*.c)
+JOB_SRC := $(wildcard producer/job/*.c producer/job/readers/*.c)
+CLI_SRC := $(wildcard common/cli/*.c)
 LUA_SCRIPTS := create delete push take claim ack requeue reap beat dead deadadmin restore \
                submit task_claim task_renew task_done task_fail task_check
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/lua_scripts.o
-READER_OBJ := $(READER_SRC:%.c=$(BUILD)/%.o)
 JOB_OBJ := $(JOB_SRC:%.c=$(BUILD)/%.o)
-METRICS_OBJ := $(METRICS_SRC:%.c=$(BUILD)/%.o)
-HEADERS := common/include/sluice/common.h common/include/sluice/batch.h \
-           consumer/include/sluice/consumer.h producer/include/sluice/producer.h \
-           producer/include/sluice/transform.h
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+HEADERS := $(wildcard common/include/sluice/*.h)
+INTERNAL_HEADERS := $(wildcard common/src/*.h consumer/src/*.h producer/src/*.h producer/job/*.h \
+                               common/cli/*.h ctl/*.h producer/daemon/*.h)
 
 PROGRAMS := $(BUILD)/sluice-producer $(BUILD)/sluice-consume $(BUILD)/sluice-ctl \
             $(BUILD)/sluice-trainer
@@ -42,16 +67,17 @@ UNIT_BIN := $(BUILD)/unit-tests
 
 .PHONY: all deps test unit integration asan valgrind demo bench install uninstall clean
 
-all: $(DEPS_OK) $(BUILD)/libsluice.a $(BUILD)/libsluice.so $(BUILD)/sluice.pc $(PROGRAMS)
+all: $(BUILD)/libsluice.a $(BUILD)/libsluice.so $(BUILD)/sluice.pc $(PROGRAMS)
 
-# Installs the Debian packages that are missing (does nothing when all are there).
-deps $(DEPS_OK):
+# Installs the Debian packages that are missing (does nothing when all are
+# there). `make` only builds; `make deps` (and test, demo, bench, asan,
+# valgrind, fuzz, which need a redis-server) install.
+deps:
 	@scripts/install-deps.sh
-	@mkdir -p $(BUILD) && touch $(DEPS_OK)
 
-$(BUILD)/%.o: %.c $(HEADERS) $(wildcard common/src/*.h producer/src/*.h) | $(DEPS_OK)
+$(BUILD)/%.o: %.c $(HEADERS) $(INTERNAL_HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(call INC_OF,$<) -c $< -o $@
 
 # The Lua scripts are written as common/lua/*.lua and embedded as C strings.
 $(BUILD)/common/lua_scripts.c: $(wildcard common/lua/*.lua) scripts/embed-lua.sh scripts/lua-expand.awk \
@@ -60,29 +86,32 @@ $(BUILD)/common/lua_scripts.c: $(wildcard common/lua/*.lua) scripts/embed-lua.sh
 	scripts/embed-lua.sh $(LUA_SCRIPTS) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/common/lua_scripts.o: $(BUILD)/common/lua_scripts.c
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(CORE) -c $< -o $@
 
 $(BUILD)/libsluice.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libsluice.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libsluice.so.0 -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+	$(CC) -shared -Wl,-soname,libsluice.so.$(SOMAJOR) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
+# The version and the soname's major number come from common.h alone.
 VERSION := $(shell sed -n 's/^\#define SLUICE_VERSION "\(.*\)"/\1/p' common/include/sluice/common.h)
+SOMAJOR := $(shell sed -n 's/^\#define SLUICE_VERSION_MAJOR \([0-9]*\)$$/\1/p' common/include/sluice/common.h)
 PC_SUBST = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' sluice.pc.in
 
 $(BUILD)/sluice.pc: sluice.pc.in Makefile
 	@mkdir -p $(BUILD)
 	$(PC_SUBST) > $@
 
-$(BUILD)/sluice-producer: $(BUILD)/producer/src/main.o $(METRICS_OBJ) $(JOB_OBJ) $(READER_OBJ) \
-                          $(BUILD)/libsluice.a
+$(BUILD)/sluice-producer: $(patsubst %.c,$(BUILD)/%.o,$(wildcard producer/daemon/*.c)) $(CLI_OBJ) \
+                          $(JOB_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
-$(BUILD)/sluice-consume: $(BUILD)/consumer/src/consume.o $(BUILD)/libsluice.a
+$(BUILD)/sluice-consume: $(patsubst %.c,$(BUILD)/%.o,$(wildcard consumer/cli/*.c)) $(CLI_OBJ) \
+                         $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
-$(BUILD)/sluice-ctl: $(BUILD)/common/src/ctl.o $(METRICS_OBJ) $(JOB_OBJ) $(READER_OBJ) \
+$(BUILD)/sluice-ctl: $(patsubst %.c,$(BUILD)/%.o,$(wildcard ctl/*.c)) $(CLI_OBJ) $(JOB_OBJ) \
                      $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
@@ -92,11 +121,11 @@ $(BUILD)/sluice-ctl: $(BUILD)/common/src/ctl.o $(METRICS_OBJ) $(JOB_OBJ) $(READE
 $(BUILD)/sluice-trainer: $(BUILD)/examples/trainer/trainer.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS) -lm
 
-$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(JOB_OBJ) $(READER_OBJ) $(BUILD)/libsluice.a
+$(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(JOB_OBJ) $(CLI_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
 # Test data generator used by the integration tests.
-$(BUILD)/gen-tfrecord: $(BUILD)/tests/tools/gen-tfrecord.o $(BUILD)/producer/src/crc32c.o
+$(BUILD)/gen-tfrecord: $(BUILD)/tests/tools/gen-tfrecord.o $(BUILD)/producer/job/crc32c.o
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
 # Pushes tensor batches of known contents (the Python tensor test).
@@ -127,19 +156,20 @@ $(BUILD)/bench-%: $(BUILD)/tests/tools/bench-%.o $(BUILD)/libsluice.a
 
 # One run against a private redis-server: prints the table and writes it to
 # bench/results.md (bench/README.md explains what is measured).
-bench: all $(BENCH_TOOLS)
+bench: deps
+	@$(MAKE) --no-print-directory all $(BENCH_TOOLS)
 	@BUILD=$(BUILD) bench/run.sh
 
 # IDX reader check against Python (tests/integration/idx_python.sh).
-$(BUILD)/dump-idx: $(BUILD)/tests/tools/dump-idx.o $(READER_OBJ) $(BUILD)/libsluice.a
+$(BUILD)/dump-idx: $(BUILD)/tests/tools/dump-idx.o $(JOB_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
 # The example --transform plugin (examples/transform/upper.c); the unit
 # tests load it.
-$(BUILD)/examples/libupper.so: examples/transform/upper.c producer/include/sluice/transform.h \
+$(BUILD)/examples/libupper.so: examples/transform/upper.c common/include/sluice/transform.h \
                                common/include/sluice/batch.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -shared $< -o $@ $(ALL_LDFLAGS)
+	$(CC) $(ALL_CFLAGS) $(PUB) -shared $< -o $@ $(ALL_LDFLAGS)
 
 unit: $(BUILD)/dump-idx $(BUILD)/examples/libupper.so
 
@@ -154,14 +184,16 @@ unit: $(BUILD)/libskew.so
 
 # The README's test command: unit tests, then integration tests, each on a
 # private redis-server; ends with "N passed, N failed".
-test: unit
+test: deps
+	@$(MAKE) --no-print-directory unit
 	@BUILD=$(BUILD) tests/run.sh
 
 # The fault suite (tests/faults/run.sh): kill -9 of producers and consumers,
 # Redis killed, its AOF cut back by its last second, its clients dropped,
 # put to sleep, at maxmemory; each scenario on a private redis-server.
 # FAULT_SEED=N replays a run's choices.
-test-faults: unit
+test-faults: deps
+	@$(MAKE) --no-print-directory unit
 	@BUILD=$(BUILD) tests/faults/run.sh
 .PHONY: test-faults
 
@@ -170,7 +202,8 @@ test-faults: unit
 # clocks and Redis restarts, for SEEDS consecutive seeds (from SOAK_SEED0,
 # else a random one). `make test` runs one seed of it, as every fault.
 SEEDS ?= 20
-soak: unit
+soak: deps
+	@$(MAKE) --no-print-directory unit
 	@BUILD=$(BUILD) tests/soak.sh $(SEEDS)
 .PHONY: soak
 
@@ -183,20 +216,22 @@ VALGRIND_TESTS ?= exactly_once corrupt_tfrecord cli_errors redis_restart oom \
                   consumer_garbage consumer_coordinated consumer_kill consumer_poison \
                   job_exactly_once job_exec_fail job_manifest_error \
                   partition_consume partition_ctl cluster_exactly_once
-valgrind: unit
+valgrind: deps
 	@scripts/install-deps.sh valgrind
+	@$(MAKE) --no-print-directory unit
 	@scripts/valgrind-tree.sh $(BUILD) $(BUILD)-valgrind
 	@BUILD=$(BUILD)-valgrind TEST_TIMEOUT=600 tests/run.sh $(VALGRIND_TESTS)
 
-demo: all
+demo: deps
+	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) scripts/demo.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include/sluice $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/sluice/
 	install -m 644 $(BUILD)/libsluice.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libsluice.so $(DESTDIR)$(PREFIX)/lib/libsluice.so.0
-	ln -sf libsluice.so.0 $(DESTDIR)$(PREFIX)/lib/libsluice.so
+	install -m 755 $(BUILD)/libsluice.so $(DESTDIR)$(PREFIX)/lib/libsluice.so.$(SOMAJOR)
+	ln -sf libsluice.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/libsluice.so
 	# Written here, not copied from build/, so that it names this PREFIX.
 	$(PC_SUBST) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
 	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
@@ -204,7 +239,7 @@ install: all
 uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/include/sluice
 	rm -f $(DESTDIR)$(PREFIX)/lib/libsluice.a $(DESTDIR)$(PREFIX)/lib/libsluice.so \
-	      $(DESTDIR)$(PREFIX)/lib/libsluice.so.0 $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
+	      $(DESTDIR)$(PREFIX)/lib/libsluice.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
 	rm -f $(PROGRAMS:$(BUILD)/%=$(DESTDIR)$(PREFIX)/bin/%)
 
 clean:
@@ -218,22 +253,21 @@ clean:
 FUZZ_TARGETS ?= wire url addr tfrecord idx manifest
 FUZZ_TIME ?= 60
 FUZZ_CC ?= clang
-FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-              -Icommon/include -Iconsumer/include -Iproducer/include -Icommon/src -Iproducer/src
+FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(INC_tests)
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz-%)
 REPLAY_BIN := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay-%)
 
-$(BUILD)/fuzz/fuzz-%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(READER_SRC) $(JOB_SRC) $(BUILD)/common/lua_scripts.c
+$(BUILD)/fuzz/fuzz-%: tests/fuzz/fuzz_%.c $(LIB_SRC) $(JOB_SRC) $(BUILD)/common/lua_scripts.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(shell pkg-config --cflags $(PKGS)) $^ -o $@ $(LIBS) -ldl
 
-$(BUILD)/fuzz/replay-%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(JOB_OBJ) $(READER_OBJ) $(BUILD)/libsluice.a
+$(BUILD)/fuzz/replay-%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(JOB_OBJ) $(BUILD)/libsluice.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Iproducer/src $^ -o $@ $(ALL_LDFLAGS) $(LIBS) -ldl
+	$(CC) $(ALL_CFLAGS) $(INC_tests) $^ -o $@ $(ALL_LDFLAGS) $(LIBS) -ldl
 
 unit: $(REPLAY_BIN)
 
-fuzz: $(DEPS_OK)
+fuzz: deps
 	@scripts/install-deps.sh clang libclang-rt-14-dev
 	@$(MAKE) --no-print-directory $(FUZZ_BIN)
 	@FUZZ_TIME=$(FUZZ_TIME) BUILD=$(BUILD) tests/fuzz/run.sh $(FUZZ_TARGETS)

@@ -10,7 +10,7 @@ dest=$2
 rm -rf "$dest"
 mkdir -p "$dest"
 dest=$(cd "$dest" && pwd)
-for f in "$src"/* "$src"/.deps-ok; do
+for f in "$src"/*; do
     [[ -e $f ]] && ln -s "$f" "$dest/${f##*/}"
 done
 for prog in sluice-producer sluice-consume sluice-ctl hold; do

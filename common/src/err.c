@@ -29,3 +29,8 @@ const char *sluice_version(void)
 {
     return SLUICE_VERSION;
 }
+
+uint32_t sluice_version_number(void)
+{
+    return SLUICE_VERSION_NUMBER;
+}

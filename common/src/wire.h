@@ -60,8 +60,7 @@ sluice_err sluicei_wire_decode(const void *p, size_t len, size_t max_bytes,
                                void (*frame_free)(void *), void *frame_owner,
                                sluice_batch **out, char *err, size_t errlen);
 
-/* The short form used by tests and fuzzers: no owner, no error text. */
-sluice_err sluice_wire_decode(const void *p, size_t len, size_t max_bytes, sluice_batch **out);
+/* sluice_wire_decode() (batch.h) is the short form: no owner, no error text. */
 
 /* The decoded batch. Fields above the line are filled by the decoder; the
  * consumer fills the ones below it. */

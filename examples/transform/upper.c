@@ -1,7 +1,7 @@
 /* An example --transform plugin (sluice/transform.h): upper-cases ASCII
  * letters of every record.
  *
- * Build:   cc -shared -fPIC -O2 -Iproducer/include -Icommon/include \
+ * Build:   cc -shared -fPIC -O2 -Icommon/include \
  *             examples/transform/upper.c -o build/examples/libupper.so
  *          (`make unit` does this; installed headers: -I$PREFIX/include)
  * Use:     sluice-producer --queue Q --format lines --transform ./build/examples/libupper.so ...

@@ -1,7 +1,6 @@
 """Loading libsluice.so and declaring its C API for ctypes.
 
-Everything here mirrors common/include/sluice/{common,batch}.h,
-consumer/include/sluice/consumer.h and producer/include/sluice/producer.h;
+Everything here mirrors common/include/sluice/{common,batch,consumer,producer}.h;
 when a header changes, this file changes with it.
 
 Where the library comes from, first match wins:

@@ -6,7 +6,7 @@
  * Prints "columns image uint8 [28,28] label uint8 []" then one line per
  * row: "<FNV-1a 64 of the image bytes, 16 hex digits> <label bytes in hex>".
  * Exit 0, or 1 with the reader's error on stderr. */
-#include "../../producer/src/reader.h"
+#include "reader.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  *   records=N checksum=<16 hex digits>
  * where checksum is the sum modulo 2^64 of sluicei_record_hash() of every
  * record (checksum.h), the value sluice-producer --summary prints. */
-#include "../../producer/src/crc32c.h"
+#include "crc32c.h"
 #include "checksum.h"
 
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* Manifests and task definitions (producer/src/manifest.h). */
 #include "test.h"
 
-#include "../../producer/src/manifest.h"
+#include "manifest.h"
 
 #include <inttypes.h>
 #include <limits.h>

@@ -1,9 +1,9 @@
 /* Readers (producer/src/reader.h) and CRC-32C (producer/src/crc32c.h). */
 #include "test.h"
 
-#include "../../producer/src/crc32c.h"
-#include "../../producer/src/reader.h"
-#include "../../producer/src/transform.h"
+#include "crc32c.h"
+#include "reader.h"
+#include "transform.h"
 #include "wire.h"
 
 #include <inttypes.h>

@@ -65,43 +65,50 @@ typedef struct sluice_tensor {
 } sluice_tensor;
 
 /* Size in bytes of one element of dt, 0 for SLUICE_DTYPE_INVALID. */
-size_t sluice_dtype_size(sluice_dtype dt);
+SLUICE_EXPORT size_t sluice_dtype_size(sluice_dtype dt);
 /* Wire name of dt ("uint8", "float32", ...), NULL when invalid. */
-const char *sluice_dtype_name(sluice_dtype dt);
+SLUICE_EXPORT const char *sluice_dtype_name(sluice_dtype dt);
 /* Inverse of sluice_dtype_name(); SLUICE_DTYPE_INVALID when unknown. */
-sluice_dtype sluice_dtype_from_name(const char *name, size_t len);
+SLUICE_EXPORT sluice_dtype sluice_dtype_from_name(const char *name, size_t len);
 
-sluice_batch_id sluice_batch_get_id(const sluice_batch *b);
+SLUICE_EXPORT sluice_batch_id sluice_batch_get_id(const sluice_batch *b);
 /* Producer id string carried in the frame (NUL-terminated, owned by b). */
-const char *sluice_batch_producer(const sluice_batch *b);
+SLUICE_EXPORT const char *sluice_batch_producer(const sluice_batch *b);
 /* Creation time set by the producer, microseconds since the Unix epoch. */
-uint64_t sluice_batch_created_us(const sluice_batch *b);
+SLUICE_EXPORT uint64_t sluice_batch_created_us(const sluice_batch *b);
 /* Size of the whole frame in bytes. */
-size_t sluice_batch_frame_bytes(const sluice_batch *b);
+SLUICE_EXPORT size_t sluice_batch_frame_bytes(const sluice_batch *b);
 /* Number of records (for a tensor batch: the leading dimension). */
-size_t sluice_batch_num_records(const sluice_batch *b);
+SLUICE_EXPORT size_t sluice_batch_num_records(const sluice_batch *b);
 /* Record i of a record batch; {NULL, 0} when i is out of range or the batch
  * carries tensors. */
-sluice_record sluice_batch_record(const sluice_batch *b, size_t i);
+SLUICE_EXPORT sluice_record sluice_batch_record(const sluice_batch *b, size_t i);
 /* Number of tensors (0 for a record batch). */
-size_t sluice_batch_num_tensors(const sluice_batch *b);
+SLUICE_EXPORT size_t sluice_batch_num_tensors(const sluice_batch *b);
 /* Tensor i, or NULL when out of range. */
-const sluice_tensor *sluice_batch_tensor(const sluice_batch *b, size_t i);
+SLUICE_EXPORT const sluice_tensor *sluice_batch_tensor(const sluice_batch *b, size_t i);
 /* The tensor called name, or NULL. */
-const sluice_tensor *sluice_batch_find_tensor(const sluice_batch *b, const char *name);
+SLUICE_EXPORT const sluice_tensor *sluice_batch_find_tensor(const sluice_batch *b, const char *name);
 /* How many times this batch was handed to a consumer, this time included:
  * 1 on first delivery, more when a consumer died or gave it back unacked.
  * Always 1 for a batch decoded outside a consumer. */
-uint32_t sluice_batch_deliveries(const sluice_batch *b);
+SLUICE_EXPORT uint32_t sluice_batch_deliveries(const sluice_batch *b);
 
 /* 1 when b is padding: a batch of the epoch delivered again to complete
  * the last round of a coordinated queue whose remainder policy is "pad";
  * else 0. */
-int sluice_batch_is_padding(const sluice_batch *b);
+SLUICE_EXPORT int sluice_batch_is_padding(const sluice_batch *b);
+
+/* Decodes one frame as producers write it (docs/PROTOCOL.md, "Wire
+ * format") into *out, checking it whole: a frame over max_bytes, truncated, or not of the format is SLUICE_ERR_PROTOCOL, and *out
+ * is NULL. The batch copies nothing: its records and tensors point into p,
+ * which must outlive it. Free it with sluice_batch_free(). */
+SLUICE_EXPORT sluice_err sluice_wire_decode(const void *p, size_t len, size_t max_bytes,
+                                            sluice_batch **out);
 
 /* Frees a batch that did not come from a consumer (sluice_wire_decode()).
  * For a consumer's batch use sluice_batch_release(). NULL is a no-op. */
-void sluice_batch_free(sluice_batch *b);
+SLUICE_EXPORT void sluice_batch_free(sluice_batch *b);
 
 #ifdef __cplusplus
 }

@@ -13,8 +13,26 @@
 extern "C" {
 #endif
 
+/* The version of these headers. SLUICE_VERSION_NUMBER orders versions:
+ * 0xMMmmpp00 for major MM, minor mm, patch pp. The shared library's soname
+ * carries the major number (libsluice.so.MAJOR): releases of one major
+ * number keep the ABI. */
+#define SLUICE_VERSION_MAJOR 0
+#define SLUICE_VERSION_MINOR 1
+#define SLUICE_VERSION_PATCH 0
 #define SLUICE_VERSION "0.1.0"
+#define SLUICE_VERSION_NUMBER                                                            \
+    (((uint32_t)SLUICE_VERSION_MAJOR << 24) | ((uint32_t)SLUICE_VERSION_MINOR << 16) |    \
+     ((uint32_t)SLUICE_VERSION_PATCH << 8))
 #define SLUICE_WIRE_VERSION 1
+
+/* Marks what libsluice exports; it is built with -fvisibility=hidden, so
+ * nothing else is (a --transform plugin's entry points carry it too). */
+#if defined(__GNUC__) || defined(__clang__)
+#define SLUICE_EXPORT __attribute__((visibility("default")))
+#else
+#define SLUICE_EXPORT
+#endif
 
 /* Frames larger than this are refused unless a handle sets its own limit. */
 #define SLUICE_MAX_BATCH_BYTES_DEFAULT ((size_t)64 << 20)
@@ -43,10 +61,13 @@ typedef enum sluice_err {
 
 /* Returns a static, human-readable name for e ("connection lost", ...).
  * Never NULL; unknown codes give "unknown error". Thread-safe. */
-const char *sluice_strerror(sluice_err e);
+SLUICE_EXPORT const char *sluice_strerror(sluice_err e);
 
-/* Returns SLUICE_VERSION of the linked library. */
-const char *sluice_version(void);
+/* Returns SLUICE_VERSION of the linked library, and its
+ * SLUICE_VERSION_NUMBER: a program can compare it with the one it was
+ * compiled against. */
+SLUICE_EXPORT const char *sluice_version(void);
+SLUICE_EXPORT uint32_t sluice_version_number(void);
 
 #ifdef __cplusplus
 }

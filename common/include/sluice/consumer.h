@@ -145,7 +145,7 @@ typedef struct sluice_consumer_opts {
  * Redis is down or restarting must open again; only an open consumer
  * reconnects), SLUICE_ERR_AUTH... o is not kept after the call.
  * Thread-safe. */
-sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
+SLUICE_EXPORT sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
                                 char *errbuf, size_t errlen);
 
 /* Waits up to timeout_ms (< 0: forever, 0: no wait) for the next batch.
@@ -192,7 +192,7 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
  * step refused, e.g. ack, and quotes Redis's reply, which names the command
  * only when it was not run inside a script);
  * SLUICE_ERR_BUSY when another process took over this consumer's id. */
-sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int timeout_ms);
+SLUICE_EXPORT sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int timeout_ms);
 
 /* Acknowledges b and frees it: after the call b is no longer valid, nor is
  * anything its accessors returned. The acknowledgement is queued for the
@@ -200,14 +200,14 @@ sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch **out, int time
  * latest within 100 ms, or at close); release() itself makes no system
  * call while batches flow. A batch of an at-most-once consumer, or one
  * whose consumer was closed, is only freed. NULL is a no-op. */
-void sluice_batch_release(sluice_batch *b);
+SLUICE_EXPORT void sluice_batch_release(sluice_batch *b);
 
 /* Acknowledges b now but keeps it: b and what its accessors returned stay
  * valid until sluice_batch_release(), which then only frees. For bindings
  * whose views of a batch may outlive the point where the application is
  * done with it (Python's numpy arrays). NULL, or a second call, is a
  * no-op. Same thread rules as release(). */
-void sluice_batch_ack(sluice_batch *b);
+SLUICE_EXPORT void sluice_batch_ack(sluice_batch *b);
 
 /* Stops the background thread after it sent the queued acks and handed
  * back every batch this consumer holds but has not acknowledged: the
@@ -217,7 +217,7 @@ void sluice_batch_ack(sluice_batch *b);
  * When Redis cannot be reached for about 3 s, close() gives up and the
  * batches come back once the lease runs out. Then disconnects and frees c.
  * NULL is a no-op. */
-void sluice_consumer_close(sluice_consumer *c);
+SLUICE_EXPORT void sluice_consumer_close(sluice_consumer *c);
 
 typedef struct sluice_consumer_stats {
     uint64_t batches;          /* returned by next() */
@@ -233,17 +233,17 @@ typedef struct sluice_consumer_stats {
 } sluice_consumer_stats;
 
 /* Copies the consumer's counters into *st. Thread-safe. */
-void sluice_consumer_stats_get(const sluice_consumer *c, sluice_consumer_stats *st);
+SLUICE_EXPORT void sluice_consumer_stats_get(const sluice_consumer *c, sluice_consumer_stats *st);
 
 /* The epoch the next batch comes from (the one in progress): the job's
  * first open epoch at open, one more after each SLUICE_EOF (so the job's
  * number of epochs once it is finished). Thread-safe. */
-uint32_t sluice_consumer_epoch(const sluice_consumer *c);
+SLUICE_EXPORT uint32_t sluice_consumer_epoch(const sluice_consumer *c);
 
 /* 1 once next() returned the SLUICE_EOF of the job's last epoch (or the
  * job had ended before the consumer opened): next() then returns
  * SLUICE_EOF for good; else 0. Thread-safe. */
-int sluice_consumer_finished(const sluice_consumer *c);
+SLUICE_EXPORT int sluice_consumer_finished(const sluice_consumer *c);
 
 /* What the end of an epoch said: its number, and the tasks of it that
  * failed (their records never came). */
@@ -257,22 +257,22 @@ typedef struct sluice_epoch_report {
 /* Fills *r with the report of the last epoch whose end next() returned
  * (SLUICE_EOF or SLUICE_ERR_PARTIAL); all zero before the first.
  * Thread-safe. */
-void sluice_consumer_epoch_report(const sluice_consumer *c, sluice_epoch_report *r);
+SLUICE_EXPORT void sluice_consumer_epoch_report(const sluice_consumer *c, sluice_epoch_report *r);
 
 /* What a consumer waiting for batches waits for, to tell its user: writes
  * one line to buf ("no producer of queue 'train' is alive", "the queue has
  * no job", "reconnecting: ...", "the producers are working (3 alive)") and
  * returns how long next() has been waiting without a batch, in ms; 0 and
  * "" while batches come. Thread-safe. */
-int64_t sluice_consumer_wait_status(const sluice_consumer *c, char *buf, size_t len);
+SLUICE_EXPORT int64_t sluice_consumer_wait_status(const sluice_consumer *c, char *buf, size_t len);
 
 /* The detail of the last failure of next() on c, or of the last frame it
  * sent to the dead letters (one line, owned by c, valid until the next call
  * of next()); "" when none. */
-const char *sluice_consumer_errstr(const sluice_consumer *c);
+SLUICE_EXPORT const char *sluice_consumer_errstr(const sluice_consumer *c);
 
 /* The id this consumer registered under in Redis (owned by c). */
-const char *sluice_consumer_id(const sluice_consumer *c);
+SLUICE_EXPORT const char *sluice_consumer_id(const sluice_consumer *c);
 
 #ifdef __cplusplus
 }

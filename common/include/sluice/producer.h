@@ -66,12 +66,12 @@ typedef struct sluice_producer_opts {
  * to every partition). On SLUICE_OK *out is a new producer owned by the
  * caller; on failure *out is NULL and errbuf (if not NULL) receives the
  * reason. */
-sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opts *o,
+SLUICE_EXPORT sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opts *o,
                                 char *errbuf, size_t errlen);
 
 /* Starts numbering batches of (epoch, task) from seq 0. Flushes first. On
  * a partitioned queue the task's batches go to partition task mod P. */
-sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t task);
+SLUICE_EXPORT sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t task);
 
 /* Packs n records into one batch and pushes it. The records are copied
  * into the frame before the call returns; the caller keeps ownership. May
@@ -88,19 +88,19 @@ sluice_err sluice_producer_set_task(sluice_producer *p, uint32_t epoch, uint64_t
  * resume point, and claim the next task (the claim prefers partitions with
  * room). Until then every push returns SLUICE_ERR_FULL. Without another
  * partition with room it waits, as for a plain queue. */
-sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n);
+SLUICE_EXPORT sluice_err sluice_producer_push_records(sluice_producer *p, const sluice_record *recs, size_t n);
 
 /* Same, for a batch of nt tensors of n rows each (shape[0] == n). A batch
  * holds at most 2^20 records or rows: more is SLUICE_ERR_TOOBIG. */
-sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sluice_tensor *t,
+SLUICE_EXPORT sluice_err sluice_producer_push_tensors(sluice_producer *p, uint64_t n, const sluice_tensor *t,
                                         size_t nt);
 
 /* Waits until every push so far is stored in Redis (or dropped as a
  * duplicate). May return SLUICE_ERR_FULL as a push does. */
-sluice_err sluice_producer_flush(sluice_producer *p);
+SLUICE_EXPORT sluice_err sluice_producer_flush(sluice_producer *p);
 
 /* Flushes (best effort), disconnects and frees p. NULL is a no-op. */
-void sluice_producer_close(sluice_producer *p);
+SLUICE_EXPORT void sluice_producer_close(sluice_producer *p);
 
 /* ---- Jobs: tasks claimed under a lease ----------------------------------
  *
@@ -139,7 +139,7 @@ typedef struct sluice_task {
  * partition on, first those below their budget, then any; waits while
  * every partition's remaining tasks are held by others; SLUICE_EOF once
  * every partition's job is finished. */
-sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int timeout_ms,
+SLUICE_EXPORT sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int timeout_ms,
                                       int lease_ms);
 /* Flushes every push of the task, then marks it done. Frees t. Returns
  * SLUICE_ERR_IO with errstr "lease lost" when the task was reaped
@@ -153,15 +153,15 @@ sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int
  * every batch it pushed is there; errstr names the first missing), and
  * when *opts.stop was raised while its last batches waited (for room):
  * handed back untried. */
-sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t);
+SLUICE_EXPORT sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t);
 /* The task failed: error (one line) is kept; it is retried, or after the
  * job's max attempts recorded as failed. Frees t. */
-sluice_err sluice_producer_task_fail(sluice_producer *p, sluice_task *t, const char *error);
+SLUICE_EXPORT sluice_err sluice_producer_task_fail(sluice_producer *p, sluice_task *t, const char *error);
 /* Hands the task back untried (shutting down, or after SLUICE_ERR_FULL): it
  * is not counted as an attempt. Its resume point goes with it: the first
  * of its batches not known to be stored (whoever claims it again skips
  * those before). Frees t. */
-sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t);
+SLUICE_EXPORT sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t);
 
 typedef struct sluice_producer_stats {
     uint64_t batches;         /* stored in Redis */
@@ -176,13 +176,13 @@ typedef struct sluice_producer_stats {
 } sluice_producer_stats;
 
 /* The counters since open; a partitioned queue: summed over its partitions. */
-void sluice_producer_stats_get(const sluice_producer *p, sluice_producer_stats *st);
+SLUICE_EXPORT void sluice_producer_stats_get(const sluice_producer *p, sluice_producer_stats *st);
 
 /* Detail of the last failure on p (owned by p); "" when none. */
-const char *sluice_producer_errstr(const sluice_producer *p);
+SLUICE_EXPORT const char *sluice_producer_errstr(const sluice_producer *p);
 
 /* This producer's id (owned by p). */
-const char *sluice_producer_id(const sluice_producer *p);
+SLUICE_EXPORT const char *sluice_producer_id(const sluice_producer *p);
 
 #ifdef __cplusplus
 }

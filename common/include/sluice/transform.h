@@ -74,11 +74,11 @@ typedef struct sluice_transform_host {
 
 /* The plugin's functions, declared so that a plugin's definitions are
  * checked against them. */
-int sluice_transform_batch(void *state, const sluice_record *in, size_t n,
+SLUICE_EXPORT int sluice_transform_batch(void *state, const sluice_record *in, size_t n,
                            const sluice_transform_host *host, sluice_transform_out *out);
-int sluice_transform_init(void **state, const char *arg);
-void sluice_transform_fini(void *state);
-const char *sluice_transform_error(void *state);
+SLUICE_EXPORT int sluice_transform_init(void **state, const char *arg);
+SLUICE_EXPORT void sluice_transform_fini(void *state);
+SLUICE_EXPORT const char *sluice_transform_error(void *state);
 
 #ifdef __cplusplus
 }
