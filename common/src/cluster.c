@@ -5,6 +5,7 @@
 #endif
 
 #include "cluster.h"
+#include "num.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -19,7 +20,7 @@
 #define MAX_ADDRS 1024
 /* Most nodes remembered (seeds, masters and replicas ever seen). */
 #define MAX_NODES 4096
-/* Pause after a retryable error: 100 ms doubling up to 1 s. */
+/* Pause after a retryable error: 100 ms doubling up to 1 s (retry.h). */
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 1000
 /* router_command/script without a deadline. */
@@ -198,11 +199,14 @@ int sluicei_cluster_retryable(const char *msg, size_t len)
 {
     if (!msg)
         return 0;
-    static const char *const prefixes[] = {"MOVED",   "ASK",      "TRYAGAIN", "CLUSTERDOWN",
-                                           "READONLY", "MASTERDOWN", "LOADING", "EXECABORT"};
+    /* The data is elsewhere or about to be; or the server is in a passing
+     * state (retry.h). */
+    static const char *const prefixes[] = {"MOVED", "ASK", "CLUSTERDOWN", "READONLY", "EXECABORT"};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
         if (has_prefix(msg, len, prefixes[i]))
             return 1;
+    if (sluicei_error_transient(msg, len))
+        return 1;
     /* A script touching a key whose slot is being migrated, or run while
      * the cluster is down: the script engine wraps these in "ERR ...". */
     return contains(msg, len, "non local key") ||
@@ -1073,8 +1077,11 @@ static int parse_redirect(const char *msg, char *host, size_t hostlen, int *port
     if (!colon)
         return -1;
     size_t hl = (size_t)(colon - hp);
-    long p = strtol(colon + 1, NULL, 10);
-    if (hl >= hostlen || p < 1 || p > 65535)
+    uint64_t p = 0;
+    /* "MOVED 3999 127.0.0.1:6381": the port ends the message. */
+    if (sluicei_parse_u64(colon + 1, strlen(colon + 1), 65535, &p) != 0)
+        return -1;
+    if (hl >= hostlen || p < 1)
         return -1;
     memcpy(host, hp, hl);
     host[hl] = '\0';
@@ -1090,7 +1097,9 @@ static sluice_err run(sluicei_router *r, const char *q, int64_t deadline_ms, int
     int64_t start = sluicei_now_ms();
     if (deadline_ms < 0)
         deadline_ms = start + DEFAULT_DEADLINE_MS;
-    int refresh = 0, pause = RETRY_MIN_MS, redirects = 0;
+    int refresh = 0, redirects = 0;
+    sluicei_backoff pause;
+    sluicei_backoff_init(&pause, RETRY_MIN_MS, RETRY_MAX_MS, sluicei_random64() | 1);
     char ask_host[256] = "";
     int ask_port = 0;
     unsigned attempts = 0;
@@ -1220,11 +1229,10 @@ static sluice_err run(sluicei_router *r, const char *q, int64_t deadline_ms, int
         }
         if (!quick) {
             r->stats.retries++;
-            int ms = pause;
+            int64_t ms = sluicei_backoff_next(&pause);
             if (now + ms > deadline_ms)
-                ms = (int)(deadline_ms - now);
-            sleep_ms(ms);
-            pause = pause * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : pause * 2;
+                ms = deadline_ms - now;
+            sleep_ms((int)ms);
         }
     }
 }
@@ -1287,11 +1295,9 @@ sluice_err sluicei_queue_partitions(sluicei_router *r, const char *q, int *parti
         seterr(err, errlen, "queue '%s' does not exist", nq);
         return SLUICE_ERR_NOQUEUE;
     }
-    long v = -1;
-    if (rep->type == REDIS_REPLY_STRING && rep->len > 0 && rep->len <= 5 &&
-        strspn(rep->str, "0123456789") == rep->len)
-        v = strtol(rep->str, NULL, 10);
-    if (v < 1 || v > SLUICE_MAX_PARTITIONS) {
+    uint64_t v = 0;
+    if (rep->type != REDIS_REPLY_STRING ||
+        sluicei_parse_u64(rep->str, rep->len, SLUICE_MAX_PARTITIONS, &v) != 0 || v < 1) {
         char got[QUOTE_MAX + 8] = "?";
         if (rep->type == REDIS_REPLY_STRING)
             quote(got, sizeof got, rep->str, rep->len);

@@ -99,9 +99,9 @@ sluice_err sluicei_router_conn(sluicei_router *r, const char *q, sluicei_conn **
 void sluicei_router_bind(sluicei_router *r, const char *q, sluicei_conn *c);
 
 /* 1 when an error reply means "the data is elsewhere, or about to be, or
- * the cluster is in a passing state": MOVED, ASK, TRYAGAIN, CLUSTERDOWN,
- * READONLY, MASTERDOWN, LOADING, EXECABORT, and a script's "non local key"
- * error (a slot being migrated). The caller drops the connection (so that
+ * the cluster is in a passing state": MOVED, ASK, CLUSTERDOWN, READONLY,
+ * EXECABORT, a script's "non local key" error (a slot being migrated), and
+ * the server's passing states of sluicei_error_transient() (retry.h). The caller drops the connection (so that
  * the next one is resolved again), pauses and sends the command again.
  * Scripts never write before the first such error (docs/PROTOCOL.md,
  * "Redis Cluster"), so sending again is safe. */
@@ -111,7 +111,7 @@ int sluicei_cluster_retryable(const char *msg, size_t len);
  * (refreshing the map), ASK (ASKING on the target node), and sending again
  * after 100 ms on the other retryable errors and on lost connections,
  * until deadline_ms (sluicei_now_ms() clock; < 0: 30 s from now): 100 ms
- * doubling to 1 s between attempts, none before the first redirect.
+ * doubling to 1 s (+-25%) between attempts, none before the first redirect.
  * Same reply/error contract as sluicei_conn_command() (the script: as
  * sluicei_script_run()); details in sluicei_router_errstr(). At the
  * deadline the last error stands (an error reply stays in *out). On a

@@ -4,6 +4,7 @@
 #endif
 
 #include "conn.h"
+#include "retry.h"
 #include "proto.h"
 
 #include <errno.h>
@@ -23,9 +24,6 @@
 #define MAX_WAIT 16
 #define CMD_TIMEOUT_MS_DEFAULT 10000
 #define PASSWORD_ENV "SLUICE_REDIS_PASSWORD"
-/* Backoff between reconnect attempts: 50 ms doubling up to 2 s. */
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 2000
 /* Longest sleep before *stop is looked at again. */
 #define STOP_POLL_MS 50
 /* A connect never gets less than this, even right at the deadline. */
@@ -601,14 +599,6 @@ uint64_t sluicei_random64(void)
     return mix64(v);
 }
 
-static uint64_t xorshift64(uint64_t *s)
-{
-    uint64_t x = *s ? *s : 0x2545f4914f6cdd1du;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
 
 static void sleep_ms(int ms)
 {
@@ -655,15 +645,6 @@ static int starts_with(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-/* Errors a server gives while it starts, fails over or is saturated:
- * worth another attempt rather than a final failure. */
-static int transient_error(const char *msg)
-{
-    return starts_with(msg, "LOADING") || starts_with(msg, "BUSY") ||
-           starts_with(msg, "MASTERDOWN") || starts_with(msg, "TRYAGAIN") ||
-           starts_with(msg, "ERR max number of clients");
-}
-
 /* Maps the server's answer msg to a setup step (AUTH, SELECT, SCRIPT LOAD)
  * into a result and c->errstr, then drops the context. */
 static sluice_err fail_setup(sluicei_conn *c, const char *step, const char *msg)
@@ -671,7 +652,7 @@ static sluice_err fail_setup(sluicei_conn *c, const char *step, const char *msg)
     char addr[256];
     sluice_err e;
     sluicei_url_describe(&c->url, addr, sizeof addr);
-    if (transient_error(msg)) {
+    if (sluicei_error_transient(msg, strlen(msg))) {
         snprintf(c->errstr, sizeof c->errstr, "redis %s: %s: %s", addr, step, msg);
         e = SLUICE_ERR_IO;
     } else if (strcmp(step, "AUTH") == 0 || starts_with(msg, "NOAUTH") ||
@@ -771,7 +752,8 @@ static sluice_err open_parsed(sluicei_conn **out, sluicei_conn *c, int connect_t
     c->connect_timeout_ms =
         connect_timeout_ms > 0 ? connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
     c->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : CMD_TIMEOUT_MS_DEFAULT;
-    c->rng = sluicei_random64() | 1;
+    sluicei_backoff_init(&c->backoff, SLUICEI_BACKOFF_MIN_MS, SLUICEI_BACKOFF_MAX_MS,
+                         sluicei_random64() | 1);
     e = connect_once(c, c->connect_timeout_ms);
     if (e != SLUICE_OK) {
         seterr(err, errlen, "%s", c->errstr);
@@ -822,18 +804,6 @@ void sluicei_conn_close(sluicei_conn *c)
     free(c);
 }
 
-/* Sleep before the next attempt: 50 ms doubling per failure up to 2 s,
- * then +-25% so that many clients cut off together do not return in step. */
-static int backoff_ms(sluicei_conn *c)
-{
-    unsigned shift = c->attempt > 6 ? 6 : c->attempt;
-    int base = BACKOFF_MIN_MS << shift;
-    if (base > BACKOFF_MAX_MS)
-        base = BACKOFF_MAX_MS;
-    int span = base / 2;
-    return base - base / 4 + (int)(xorshift64(&c->rng) % (uint64_t)(span + 1));
-}
-
 sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile int *stop)
 {
     int64_t start = sluicei_now_ms();
@@ -877,7 +847,7 @@ sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile
                 e = connect_once(c, connect_ms);
             tries++;
             if (e == SLUICE_OK) {
-                c->attempt = 0;
+                sluicei_backoff_reset(&c->backoff);
                 c->reconnects++;
                 return SLUICE_OK;
             }
@@ -885,8 +855,7 @@ sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile
                 return e;   /* wrong password, missing db...: final */
 
             int64_t now = sluicei_now_ms();
-            int64_t wake = now + backoff_ms(c);
-            c->attempt++;
+            int64_t wake = now + sluicei_backoff_next(&c->backoff);
             if (deadline_ms >= 0 && wake > deadline_ms)
                 wake = deadline_ms;
             while (!(stop && *stop) && (now = sluicei_now_ms()) < wake)

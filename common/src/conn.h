@@ -13,6 +13,8 @@
 #include <hiredis/hiredis.h>
 #include <sluice/common.h>
 
+#include "retry.h"
+
 typedef struct sluicei_url {
     char *host;        /* NULL for unix sockets */
     int port;
@@ -47,8 +49,7 @@ typedef struct sluicei_conn {
     int connect_timeout_ms;
     int cmd_timeout_ms;       /* socket timeout; must exceed any blocking-read timeout */
     uint64_t reconnects;      /* successful reconnections after the first connect */
-    unsigned attempt;         /* failed attempts since the last success */
-    uint64_t rng;             /* jitter state */
+    sluicei_backoff backoff;  /* between reconnect attempts (retry.h) */
     char errstr[512];         /* last failure, one line */
     char script_sha[32][41];  /* SHA1 of each loaded script (proto.c); "" until loaded */
     /* Optional: called before every reconnect attempt to point url at the

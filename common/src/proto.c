@@ -1,5 +1,6 @@
 /* Redis key schema and Lua scripts of a sluice queue (docs/PROTOCOL.md). */
 #include "proto.h"
+#include "num.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -85,31 +86,14 @@ void sluicei_batch_id_str(char *out, sluice_batch_id id)
              id.seq);
 }
 
-static int parse_u64(const char **p, const char *end, uint64_t max, uint64_t *v)
-{
-    const char *s = *p;
-    uint64_t x = 0;
-    if (s == end || *s < '0' || *s > '9')
-        return -1;
-    while (s < end && *s >= '0' && *s <= '9') {
-        unsigned d = (unsigned)(*s - '0');
-        if (x > (max - d) / 10)
-            return -1;
-        x = x * 10 + d;
-        s++;
-    }
-    *p = s;
-    *v = x;
-    return 0;
-}
 
 int sluicei_batch_id_parse(const char *s, size_t len, sluice_batch_id *id)
 {
     const char *p = s, *end = s + len;
     uint64_t e, t, q;
-    if (parse_u64(&p, end, UINT32_MAX, &e) || p == end || *p++ != ':' ||
-        parse_u64(&p, end, UINT64_MAX, &t) || p == end || *p++ != ':' ||
-        parse_u64(&p, end, UINT32_MAX, &q) || p != end)
+    if (sluicei_parse_u64_prefix(&p, end, UINT32_MAX, &e) || p == end || *p++ != ':' ||
+        sluicei_parse_u64_prefix(&p, end, UINT64_MAX, &t) || p == end || *p++ != ':' ||
+        sluicei_parse_u64_prefix(&p, end, UINT32_MAX, &q) || p != end)
         return -1;
     id->epoch = (uint32_t)e;
     id->task = t;

@@ -33,5 +33,6 @@ extern const struct test proto_tests[];
 extern const struct test reader_tests[];
 extern const struct test manifest_tests[];
 extern const struct test cluster_tests[];
+extern const struct test num_tests[];
 
 #endif
