@@ -25,7 +25,6 @@
 #define RETRY_MAX_MS 1000
 /* router_command/script without a deadline. */
 #define DEFAULT_DEADLINE_MS 30000
-#define CMD_TIMEOUT_MS_DEFAULT 10000
 /* Longest piece of the input quoted back in an error message. */
 #define QUOTE_MAX SLUICEI_QUOTE_MAX
 
@@ -753,7 +752,7 @@ static sluice_err router_new(sluicei_router **out, const char *addr, int connect
     }
     r->connect_timeout_ms =
         connect_timeout_ms > 0 ? connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
-    r->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : CMD_TIMEOUT_MS_DEFAULT;
+    r->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : SLUICE_COMMAND_TIMEOUT_MS_DEFAULT;
     r->last_good = -1;
     for (int s = 0; s < SLUICEI_CLUSTER_SLOTS; s++)
         r->slot_node[s] = -1;

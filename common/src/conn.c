@@ -22,7 +22,6 @@
 #define MAX_DB 1000000
 /* Most replicas a "?wait=N" may ask for. */
 #define MAX_WAIT 16
-#define CMD_TIMEOUT_MS_DEFAULT 10000
 #define PASSWORD_ENV "SLUICE_REDIS_PASSWORD"
 /* Longest sleep before *stop is looked at again. */
 #define STOP_POLL_MS 50
@@ -751,7 +750,7 @@ static sluice_err open_parsed(sluicei_conn **out, sluicei_conn *c, int connect_t
     sluice_err e;
     c->connect_timeout_ms =
         connect_timeout_ms > 0 ? connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
-    c->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : CMD_TIMEOUT_MS_DEFAULT;
+    c->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : SLUICE_COMMAND_TIMEOUT_MS_DEFAULT;
     sluicei_backoff_init(&c->backoff, SLUICEI_BACKOFF_MIN_MS, SLUICEI_BACKOFF_MAX_MS,
                          sluicei_random64() | 1);
     e = connect_once(c, c->connect_timeout_ms);

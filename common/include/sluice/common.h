@@ -34,10 +34,17 @@ extern "C" {
 #define SLUICE_EXPORT
 #endif
 
+/* The defaults, in one place: what a zero in an options struct, or a flag
+ * left out, means. */
 /* Frames larger than this are refused unless a handle sets its own limit. */
 #define SLUICE_MAX_BATCH_BYTES_DEFAULT ((size_t)64 << 20)
 /* Connect timeout used when an options struct leaves it at zero. */
 #define SLUICE_CONNECT_TIMEOUT_MS_DEFAULT 5000
+/* A lease: a producer's on its task (sluice_producer_task_claim()), and a
+ * queue's consumers' on their batches (sluice-ctl create --lease-ms). */
+#define SLUICE_LEASE_MS_DEFAULT 10000
+/* A Redis command's socket timeout; longer than any blocking read. */
+#define SLUICE_COMMAND_TIMEOUT_MS_DEFAULT 10000
 
 typedef enum sluice_err {
     SLUICE_OK = 0,
