@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: starts a private redis-server (scripts/redis-tmp.sh) and
-# private Redis Clusters of 1, 2 and 3 masters (tests/integration/_cluster.sh)
+# private Redis Clusters of 1, 2 and 3 masters (tests/lib/cluster.sh)
 # and runs bench/bench.py against them; every server is stopped on exit.
 # Arguments are passed to bench.py (--quick, --sizes 1024,65536, --reps N,
 # --out FILE, --cluster-sizes 65536,1048576, --cluster-only); --no-cluster
@@ -33,7 +33,7 @@ for a in "$@"; do
     if [[ $a == --no-cluster ]]; then with_clusters=0; else args+=("$a"); fi
 done
 if ((with_clusters)); then
-    . tests/integration/_cluster.sh
+    . tests/lib/cluster.sh
     CLUSTER_REDIS_ARGS=("${REDIS_ARGS[@]}")
     for m in 1 2 3; do
         cluster_start "$m" 0 || { echo "bench: could not start a cluster of $m masters" >&2; exit 1; }

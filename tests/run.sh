@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the unit tests ($BUILD/unit-tests), then every integration test
-# (tests/integration/*.sh) and fault scenario (tests/faults/*.sh; files
-# starting with "_" are helpers, not tests).
+# (tests/integration/*.sh) and fault scenario (tests/faults/*.sh; their
+# shell helpers live in tests/lib).
 # Ends with one line "N passed, N failed" (unit cases + integration tests)
 # and exits non-zero when anything failed.
 #

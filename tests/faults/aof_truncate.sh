@@ -24,8 +24,8 @@
 # apply); no pending list, no dead letter, no batch left in Redis.
 # AOF_KEEP=DIR keeps what a failing run leaves (the delivery log, the
 # clients' stderr, Redis's dir) in DIR.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 redis_tmp_start --appendonly yes --appendfsync everysec --aof-load-truncated yes

@@ -31,10 +31,10 @@
 # left in Redis (tests/faults/check_ids.py).
 # Prints the seed's choices, then every action with its time; CHURN_KEEP=DIR
 # keeps the outputs and Redis's dir of a failing run in DIR.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-producer sluice-consume libskew.so
 
 redis_tmp_start --appendonly yes --appendfsync always

@@ -9,8 +9,8 @@
 # acked counters grow, each within 2 s: no stall. Then: every process
 # finishes, every batch id of both epochs exactly once and acknowledged,
 # per-epoch record counts and checksums equal the shards', nothing left.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 redis_tmp_start --enable-debug-command local

@@ -14,8 +14,8 @@
 #      task_check over every batch confirms the task on this server (its
 #      run_id; in one chunk, or in two when the first saw the same server),
 #      and task_done then marks it done.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl
 
 redis_tmp_start --appendonly yes --appendfsync always --aof-load-truncated yes

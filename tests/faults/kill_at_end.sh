@@ -9,8 +9,8 @@
 # (deliveries >= 2) and finishes. A consumer started afterwards finds
 # nothing left. Checked: every batch id of both epochs is delivered and
 # acknowledged, nothing left in Redis.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume hold gen-tfrecord
 
 redis_tmp_start

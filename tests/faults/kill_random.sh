@@ -14,10 +14,10 @@
 # consumer, killed ones included): every batch id of both epochs delivered
 # and acknowledged; a duplicate only where an earlier copy went to a killed
 # consumer, carrying deliveries >= 2; nothing left in Redis; job finished.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 redis_tmp_start

@@ -7,8 +7,8 @@
 # reaped from the live producer (its lease renewed in time through the
 # whole wait, not only most of it); then consumers drain the job and every
 # record arrives exactly once.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

@@ -13,8 +13,8 @@
 # batches; the producer said why it handed the task back and exits 0; the
 # job finishes; a consumer then gets every record once (count and
 # checksum), with nothing left in the queue.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 redis_tmp_start --appendonly yes --appendfsync everysec --aof-load-truncated yes

@@ -11,8 +11,8 @@
 # One epoch: with budgets above maxmemory, producers running an epoch ahead
 # can fill Redis with batches nobody may take yet and stall the current
 # epoch (README, limits: keep the byte budget below maxmemory).
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

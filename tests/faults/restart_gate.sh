@@ -11,8 +11,8 @@
 # RECOVERING for 3 s from the restart, and after that A gets nothing: the
 # acknowledged batch is acknowledged again, the held ones are B's again.
 # Without the pause A would have taken all three, unflagged.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl
 
 redis_tmp_start --appendonly yes --appendfsync everysec --aof-load-truncated yes

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fault suite (make test-faults): runs every scenario tests/faults/*.sh
-# (files starting with "_" are helpers) against the programs in $BUILD,
+# (their helpers: tests/lib/faults.sh) against the programs in $BUILD,
 # each on its own private redis-server. One seed for the whole run:
 # $FAULT_SEED, else a random one; it is printed, and each scenario prints
 # it again with what it checked. Ends with one line "N passed, N failed"

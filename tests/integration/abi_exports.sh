@@ -5,8 +5,8 @@
 # (transform.h's names are a plugin's to define, not the library's). The
 # soname carries SLUICE_VERSION_MAJOR, and sluice_version_number() is
 # SLUICE_VERSION_NUMBER.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 
 so=$BUILD/libsluice.so
 [[ -f $so ]] || fail "$so not built"

@@ -3,8 +3,8 @@
 # batches to push never has more than 4 in Redis, waits without burning CPU,
 # resumes quickly when a consumer frees room, and in the end everything
 # arrives.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

@@ -16,8 +16,8 @@
 #    without a slow script.
 # Size: N = 200,000 by default (a few seconds per submit); SLUICE_BIG=1
 # runs the full N = 1,000,000 (about 16 s per submit on an idle machine).
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl
 
 N=200000

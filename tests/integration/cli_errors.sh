@@ -2,8 +2,8 @@
 # Every command fails with one clear line that names the problem: exit 2 for
 # a usage error, 1 for a runtime error (bad URL, refused connection, wrong
 # password, missing or existing queue). Passwords never appear in messages.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 redis_tmp_start --requirepass s3cret-pw

@@ -14,10 +14,10 @@
 # batch of both epochs delivered exactly once (check_ids.py --exact: not a
 # single duplicate) and acknowledged; every process exits 0; the job is
 # finished and the queue holds nothing.
-# shellcheck source=tests/faults/_lib.sh
-. "$(dirname "$0")/../faults/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/faults.sh
+. "$(dirname "$0")/../lib/faults.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-producer sluice-consume libskew.so
 
 # The shim applies: date and Python 20 s / 30.5 s off, monotonic untouched.

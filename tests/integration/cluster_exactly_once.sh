@@ -7,12 +7,12 @@
 # exactly once per epoch (batch ids and checksums), every consumer sees the
 # end of each epoch once and in order, everybody exits 0, and sluice-ctl
 # info reports the job finished with nothing left.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_cluster.sh
-. "$(dirname "$0")/_cluster.sh"
-# shellcheck source=tests/integration/_cluster_job.sh
-. "$(dirname "$0")/_cluster_job.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/cluster.sh
+. "$(dirname "$0")/../lib/cluster.sh"
+# shellcheck source=tests/lib/cluster_job.sh
+. "$(dirname "$0")/../lib/cluster_job.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 cluster_start 3 0 || fail "cluster_start 3 0"

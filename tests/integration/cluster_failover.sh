@@ -8,12 +8,12 @@
 # as a replica. The producers and consumers ride it out: all exit 0, and
 # every record arrives exactly once per epoch (no batch lost, none
 # delivered twice to the application), every consumer sees each epoch end.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_cluster.sh
-. "$(dirname "$0")/_cluster.sh"
-# shellcheck source=tests/integration/_cluster_job.sh
-. "$(dirname "$0")/_cluster_job.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/cluster.sh
+. "$(dirname "$0")/../lib/cluster.sh"
+# shellcheck source=tests/lib/cluster_job.sh
+. "$(dirname "$0")/../lib/cluster_job.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 cluster_start 3 1 || fail "cluster_start 3 1"

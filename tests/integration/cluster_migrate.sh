@@ -7,12 +7,12 @@
 # clients follow (ASK/TRYAGAIN during the move, MOVED after it): every
 # record arrives exactly once per epoch, every consumer sees each epoch end,
 # all exit 0, and no producer or consumer prints an error.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_cluster.sh
-. "$(dirname "$0")/_cluster.sh"
-# shellcheck source=tests/integration/_cluster_job.sh
-. "$(dirname "$0")/_cluster_job.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/cluster.sh
+. "$(dirname "$0")/../lib/cluster.sh"
+# shellcheck source=tests/lib/cluster_job.sh
+. "$(dirname "$0")/../lib/cluster_job.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 cluster_start 3 0 || fail "cluster_start 3 0"

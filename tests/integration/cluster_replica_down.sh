@@ -8,12 +8,12 @@
 # that may go out before the ROLE answer), where waiting after every write
 # would send one per task and per push group and take (hundreds). Every
 # record still arrives exactly once per epoch.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_cluster.sh
-. "$(dirname "$0")/_cluster.sh"
-# shellcheck source=tests/integration/_cluster_job.sh
-. "$(dirname "$0")/_cluster_job.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/cluster.sh
+. "$(dirname "$0")/../lib/cluster.sh"
+# shellcheck source=tests/lib/cluster_job.sh
+. "$(dirname "$0")/../lib/cluster_job.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 cluster_start 3 1 || fail "cluster_start 3 1"

@@ -11,8 +11,8 @@
 #   stage runs as a user that is not root, without build tools;
 # - the helper scripts of docker/ behave (submit modes, healthcheck,
 #   trainer install), run against stubs.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 
 command -v docker-compose >/dev/null 2>&1 ||
     fail "docker-compose is not installed (scripts/install-deps.sh installs Debian's docker-compose)"

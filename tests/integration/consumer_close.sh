@@ -2,8 +2,8 @@
 # Close hands back at once what the consumer prefetched but never returned
 # (their delivery does not count); a running consumer publishes its
 # counters with its heartbeat; at-most-once mode acknowledges as it fetches.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
 
 redis_tmp_start

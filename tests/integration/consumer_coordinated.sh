@@ -5,8 +5,8 @@
 # such. Either way every rank sees the end of the epoch and the job's end,
 # and the batches the ranks got are every batch of the epoch. A consumer
 # that does not name its rank, or names a wrong world, is refused.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-consume
 
 redis_tmp_start

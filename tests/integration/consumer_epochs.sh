@@ -6,8 +6,8 @@
 # although epoch 1 batches were queued early (a producer running ahead);
 # after epoch 1 every consumer is finished and exits 0. Every batch is
 # delivered exactly once overall.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-consume
 
 redis_tmp_start

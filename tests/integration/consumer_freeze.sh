@@ -22,10 +22,10 @@
 #  (c) As (b), but nobody else consumes: the resumed trainer takes back what
 #      it had prefetched, and its application gets every one of them
 #      (unflagged), none acknowledged unseen.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
 
 kill9() { kill -9 "$1"; wait "$1" 2>/dev/null || true; }

@@ -4,8 +4,8 @@
 # stored under another batch's id, and an id that is no batch id at all.
 # Each goes to the dead-letter list with its reason; the consumer carries
 # on and the valid batches behind them arrive intact.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-consume
 
 redis_tmp_start

@@ -3,8 +3,8 @@
 # (1 s here) runs out, another consumer's reaping hands them back and that
 # consumer gets every one of them, flagged as redelivered (deliveries 2);
 # nothing is lost (records and checksum add up) and nothing is left over.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
 
 redis_tmp_start

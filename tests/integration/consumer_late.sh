@@ -3,8 +3,8 @@
 # batches: a job of 2 epochs is produced completely (both ends posted)
 # before any consumer exists; the late consumer reads every batch of epoch
 # 0, its EOF, every batch of epoch 1, its EOF, and finishes.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-consume
 
 redis_tmp_start

@@ -2,8 +2,8 @@
 # A poison batch: delivered 3 times (max_deliveries) to a consumer that is
 # killed each time before acknowledging it. The next reaping moves it to the
 # dead-letter list with its reason instead of handing it out a 4th time.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
 
 redis_tmp_start

@@ -3,8 +3,8 @@
 # (CRC mismatch) and one truncated in the middle of a record. The producer
 # exits 1 with one line naming the file and the offset; the batches before
 # the bad record are in the queue, complete (no partial batch).
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

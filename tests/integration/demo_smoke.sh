@@ -5,8 +5,8 @@
 # images as 10 tasks for 2 epochs (two ends of epoch, two averagings). The
 # demo must say that every image was seen exactly once per epoch and reach
 # a test accuracy of at least 70% (about 77% is usual on this little data).
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-trainer
 
 # The demo script installs the dataset when it is missing.

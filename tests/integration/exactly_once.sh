@@ -2,8 +2,8 @@
 # Once per epoch when nothing fails: 3 files x 1,000 records through one
 # producer and two concurrent consumers. Every record arrives exactly once
 # (counts and order-independent checksums add up) and all batches are acked.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

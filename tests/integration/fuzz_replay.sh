@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every seed of the fuzz corpus and every input of a fixed crash
 # (tests/fuzz/regress) goes through its fuzz target's checks again.
-. "$(dirname "$0")/_lib.sh"
+. "$(dirname "$0")/../lib/integration.sh"
 n=0
 for bin in "$BUILD"/fuzz/replay-*; do
     [[ -x $bin ]] || fail "no replay binaries in $BUILD/fuzz (make unit builds them)"

@@ -13,8 +13,8 @@
 # same before and after every refused command, so a refused submit leaves
 # no job key, no task, nothing (a producer's own liveness entry in an
 # existing queue aside).
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 redis_tmp_start --requirepass h0stile-pw --enable-debug-command local

@@ -11,8 +11,8 @@
 # (only a task's last batch may be short, and a failed task has none).
 # Files mode: for each bad file sluice-producer exits 1 with one line (with
 # --quiet, nothing else) naming the file and where.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

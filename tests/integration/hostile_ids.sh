@@ -16,8 +16,8 @@
 #      acknowledgement bitmap: a 512 MiB string in Redis. Every acked:*
 #      key stays small, and the push script refuses such a seq (INVALID),
 #      leaving no in: key behind.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-consume hold
 
 # pyq CODE ARGS...: runs Python with j (a consumer_jobtool Job on queue $q),

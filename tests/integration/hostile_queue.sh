@@ -10,8 +10,8 @@
 # with no frame at all. Each goes to the dead-letter list with a reason;
 # the consumer goes on and the valid batches queued behind them arrive
 # intact; nothing of them is left in the queue.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-consume
 
 redis_tmp_start

@@ -4,8 +4,8 @@
 # (FNV-1a 64 of each image, the label bytes). Uses the Fashion-MNIST test
 # set when /usr/share/datasets/fashion-mnist is installed, and always small
 # files written by Python, plain and gzip, whole and as a record range.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin dump-idx
 PYIDX=$ROOT/tests/integration/idx_python.py
 

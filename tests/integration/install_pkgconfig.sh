@@ -3,8 +3,8 @@
 # sluice.pc and the programs. A small C program built with nothing but
 # `pkg-config --cflags --libs sluice` (sysroot = the DESTDIR) compiles,
 # links and runs against the installed library.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 
 dest=$T/root
 # BUILD (and SAN under `make asan`) reach the sub-make through the

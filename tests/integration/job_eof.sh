@@ -5,8 +5,8 @@
 # once, then "finished"; none gets a batch of epoch 1 before its end of
 # epoch 0 (nor one of epoch 0 after it); across the three, every batch id
 # the producers stored is delivered exactly once.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

@@ -5,8 +5,8 @@
 # shards' own, in both epochs; every task is done once (no task failed or
 # was redone), every producer exits 0 when the job is finished, and
 # sluice-ctl info reports the job finished with both epoch ends posted.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

@@ -7,8 +7,8 @@
 # good tasks, as the command wrote them, and is told: the end of the epoch
 # names the failed task and its error, and it exits 3. The job ends
 # "finished with 1 failed task".
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 redis_tmp_start

@@ -7,8 +7,8 @@
 # And the task order: with --shuffle-seed every epoch is a permutation of
 # the shards, the same seed gives the same orders, epochs differ; without a
 # seed, manifest order.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl
 
 redis_tmp_start

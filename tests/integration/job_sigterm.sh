@@ -5,8 +5,8 @@
 # couple of seconds, although it was blocked on a full queue. Another
 # producer then completes the job, and the consumer gets every record
 # exactly once.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 

@@ -18,8 +18,8 @@
 #  (e) A producer blocked on a full queue says after about 5 s that the
 #      queue is at its budget.
 # (c) and (e) wait the 5 s side by side, while (d) runs.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 # lines FILE N [SIZE]: N lines of SIZE characters (default: "line <k>").

@@ -15,8 +15,8 @@
 #     for each of its counters (batches adding up to what was pushed,
 #     blocked seconds > 0 while they wait for more), queue totals equal to
 #     Redis; SIGINT: exit 0, port closed.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 # prom.py URL: fetches URL; for /metrics checks the exposition format and

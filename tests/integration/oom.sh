@@ -3,8 +3,8 @@
 # empty server uses and queue budgets far larger, a producer with ~20 MB to
 # push waits through the OOM refusals instead of failing, and once a
 # consumer drains the queue everything arrives.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

@@ -11,8 +11,8 @@
 #     no batch reaches both, and neither gets a batch of epoch 1 before its
 #     EOF of epoch 0, although two partitions ended epoch 0 early and
 #     epoch 1 was produced ahead in all three.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-consume
 
 redis_tmp_start

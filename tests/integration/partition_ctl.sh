@@ -22,8 +22,8 @@
 #  5. create and submit sent again after a lost reply (the router sends a
 #     script again after a failover) find their own work by its time stamp
 #     and succeed; the same calls with another time stamp are refused.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl
 
 redis_tmp_start --enable-debug-command local

@@ -14,8 +14,8 @@
 #     checksum), all 8 tasks are done once, nothing is left in the queue.
 #  2. Files mode: two files pushed into a partitioned queue go to different
 #     partitions.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start

@@ -2,7 +2,7 @@
 # docs/PROTOCOL.md is the reference: each Lua block under "### NAME" is
 # exactly common/lua/NAME.lua, and `sluice-ctl script NAME` is that file
 # with its "--! include lib" line replaced by lib.lua.
-. "$(dirname "$0")/_lib.sh"
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl
 
 doc=$ROOT/docs/PROTOCOL.md

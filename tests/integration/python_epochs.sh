@@ -4,10 +4,10 @@
 # epoch end in turn, every record once per epoch, then the job finished.
 # Then a coordinated queue of 3 ranks (remainder pad), read by 3 Python
 # consumers given rank/world: 10 batches -> 4 each, 2 of them padding.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-producer gen-tfrecord
 if ! nm -D --defined-only "$SLUICE_LIB" | grep -w sluice_consumer_finished >/dev/null; then
     echo "skip: $SLUICE_LIB has no epochs yet (sluice_consumer_finished)"

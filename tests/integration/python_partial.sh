@@ -7,10 +7,10 @@
 # the next epoch once it is caught; with Consumer(accept_partial=True) each
 # epoch ends normally and consumer.epoch_report["failed_tasks"] == 1.
 # The good shard's 20 records arrive in every epoch either way.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-producer
 pyp=$ROOT/tests/integration/python_partial.py
 

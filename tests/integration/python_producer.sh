@@ -4,10 +4,10 @@
 # checksum); tensors of every dtype make the round trip through Python;
 # and a Python producer waits on a full queue (backpressure) until a
 # consumer started later frees room, with nothing lost.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-consume
 pyp=$ROOT/tests/integration/python_producer.py
 

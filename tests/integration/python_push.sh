@@ -2,8 +2,8 @@
 # The protocol document suffices: a Python program that builds v1 frames
 # itself and runs the push script taken from docs/PROTOCOL.md produces
 # batches that sluice-consume accepts, with the same records and checksum.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-consume
 
 redis_tmp_start

@@ -4,10 +4,10 @@
 # memoryview used after release() raises ValueError, a batch dropped
 # without release() comes back after close(), and `with batch:` acks (the
 # queue is empty in the end).
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-producer gen-tfrecord
 
 redis_tmp_start

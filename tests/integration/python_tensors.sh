@@ -4,10 +4,10 @@
 # Consumer sees the same values, dtypes and shapes, as numpy arrays that
 # share memory with the received batch (no copy) and stay valid after
 # release(); everything is acknowledged in the end.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl push-tensors
 
 redis_tmp_start

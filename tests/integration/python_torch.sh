@@ -2,10 +2,10 @@
 # sluice.torch: imports without PyTorch, says so clearly when BatchDataset
 # is used without it, and (over a stand-in torch module) yields one item
 # per batch until the queue stays idle; everything is acknowledged.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
-# shellcheck source=tests/integration/_python.sh
-. "$ROOT/tests/integration/_python.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl
 
 redis_tmp_start

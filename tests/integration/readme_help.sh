@@ -2,8 +2,8 @@
 # The README's CLI reference is each program's --help, verbatim: the block
 # under "<!-- help: PROGRAM -->" equals `PROGRAM --help`
 # (scripts/readme-help.sh rewrites the blocks).
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 progs=$(sed -n 's/^<!-- help: \([^ ]*\) -->$/\1/p' "$ROOT/README.md")
 [[ -n $progs ]] || fail "README.md has no <!-- help: PROGRAM --> markers"
 bad=0

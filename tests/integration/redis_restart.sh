@@ -3,8 +3,8 @@
 # killed with -9 in the middle of a stream and started again on the same
 # port and dir about a second later. Producer and consumer reconnect and
 # finish; every record arrives exactly once (counts and checksum match).
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord
 
 redis_tmp_start --appendonly yes --appendfsync always

@@ -20,8 +20,8 @@
 # epoch (count and checksum), within 30 s plus the producers' lease (2 s),
 # and a producer's stderr says it "handed back" its task because "a task of
 # an earlier epoch waits".
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume
 
 llen_is() { [[ $(rcli LLEN "$1") == "$2" ]]; }

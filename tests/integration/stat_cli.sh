@@ -13,8 +13,8 @@
 #  - under a pseudo-terminal (script(1), when installed) the view redraws in
 #    place with ANSI cursor-home and clear sequences.
 #  - after the job: "finished", every epoch's end posted.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
 
 redis_tmp_start

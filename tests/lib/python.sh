@@ -1,4 +1,4 @@
-# Python side of the integration tests; source it after _lib.sh. Gives:
+# Python side of the integration tests; source it after integration.sh. Gives:
 #   py ARGS...   /usr/bin/python3 with the sluice package of this tree
 #                (PYTHONPATH=python) over $BUILD/libsluice.so (SLUICE_LIB)
 #   PYCMD        the same as an array, for bg: bg OUT ERR "${PYCMD[@]}" ARGS...

@@ -1,7 +1,6 @@
 # shellcheck shell=bash
 # Private Redis Clusters for the integration tests and the benchmark
-# (sourced after _lib.sh, or after scripts/redis-tmp.sh; tests/run.sh skips
-# files that start with "_").
+# (sourced after integration.sh, or after scripts/redis-tmp.sh).
 #
 #   cluster_start MASTERS REPLICAS     # e.g. cluster_start 3 1
 #   echo "$CLUSTER_URL"                # redis+cluster://127.0.0.1:P1,...,127.0.0.1:Pn/
@@ -13,9 +12,9 @@
 #   cluster_wait_ok                    # every live node says cluster_state:ok
 #
 # Every node is a scripts/redis-tmp.sh server (`--save '' --appendonly no`,
-# its own `mktemp -d` dir holding nodes.conf), so the EXIT trap of _lib.sh
+# its own `mktemp -d` dir holding nodes.conf), so the EXIT trap of integration.sh
 # (redis_tmp_cleanup_all) stops them all, also when a test fails half way
-# through cluster_start. When sourced without _lib.sh and no EXIT trap is
+# through cluster_start. When sourced without integration.sh and no EXIT trap is
 # set, this file sets one.
 #
 # Nodes run with cluster-node-timeout 1000: a killed master is marked failed
@@ -140,7 +139,7 @@ _cluster_nodes_agree() {
 # in the order of CLUSTER_PORTS), and waits until every node says
 # cluster_state:ok and every replica is in sync. Sets CLUSTER_PORTS (masters
 # first, each master's replicas after all masters), CLUSTER_URL (every node
-# as a seed, masters first) and REDIS_URL=CLUSTER_URL (so ctl() of _lib.sh
+# as a seed, masters first) and REDIS_URL=CLUSTER_URL (so ctl() of integration.sh
 # talks to the cluster).
 cluster_start() {
     local masters=$1 replicas=$2 n i p id bus first last ports=() ids=()
@@ -269,7 +268,7 @@ cluster_kill_port() {
 cluster_restart_port() {
     local rc=0
     redis_tmp_restart "$1" || rc=$?
-    # shellcheck disable=SC2034  # REDIS_URL is for the caller (ctl of _lib.sh)
+    # shellcheck disable=SC2034  # REDIS_URL is for the caller (ctl of integration.sh)
     [[ -z $CLUSTER_URL ]] || REDIS_URL=$CLUSTER_URL
     return "$rc"
 }

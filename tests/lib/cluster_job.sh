@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # A job on a partitioned queue in a Redis Cluster, for the cluster_*.sh
-# tests (sourced after _lib.sh and _cluster.sh). It makes the shards, runs
+# tests (sourced after integration.sh and cluster.sh). It makes the shards, runs
 # sluice-producer (job mode) and sluice-consume processes against
 # $CLUSTER_URL, and checks that every record arrived exactly once per epoch.
 #

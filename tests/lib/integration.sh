@@ -1,6 +1,6 @@
-# Shared helpers of the integration tests (sourced; tests/run.sh skips
-# files that start with "_"). Each test runs in its own bash with
-#   . "$(dirname "$0")/_lib.sh"
+# Shared helpers of the integration tests (sourced; every shell helper of
+# the tests lives in tests/lib). Each test runs in its own bash with
+#   . "$(dirname "$0")/../lib/integration.sh"
 # which gives it: strict mode, ROOT, BUILD (absolute), a scratch dir $T,
 # scripts/redis-tmp.sh, the helpers below (fail, note, rcli, wait_for...,
 # skew_env/skewed), and an EXIT trap that stops every background process

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Shared helpers of the fault scenarios (sourced; tests/faults/run.sh skips
-# files that start with "_"). On top of tests/integration/_lib.sh (strict
+# Shared helpers of the fault scenarios (sourced). On top of
+# tests/lib/integration.sh (strict
 # mode, $ROOT, $BUILD, scratch dir $T, bg, wait_pid, fail, note, kv, gen,
 # ctl, rcli, now_ms, wait_for, in_file, the private redis-server helpers)
 # it gives:
@@ -11,8 +11,8 @@
 #   ms_sleep MS, aof_incr_file, aof_mark, aof_crash_back (below)
 #   make_shards, make_line_shards, slow_exec, start_consumer,
 #   start_producer, check_ids, epoch_sums_match, batches_per_shard (below)
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/../integration/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "${BASH_SOURCE[0]}")/integration.sh"
 FAULTS=$ROOT/tests/faults
 
 SEED=${FAULT_SEED:-$(( (RANDOM << 15 | RANDOM) % 1000000 ))}
