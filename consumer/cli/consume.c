@@ -4,6 +4,8 @@
 #include <sluice/consumer.h>
 
 #include "checksum.h"
+#include "cli.h"
+#include "num.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -78,6 +80,7 @@ static void usage(FILE *f)
         "                    holder died is taken over once its lease ran out\n"
         "  --quiet           no closing statistics line on stderr\n"
         "  --help            this text\n"
+        "  --version         the version of sluice-consume and of libsluice\n"
         "\n"
         "Output (without --summary), one line per batch on stdout:\n"
         "  batch <epoch>:<task>:<seq> records=<n> bytes=<frame bytes> deliveries=<d>\n"
@@ -100,26 +103,6 @@ static void usage(FILE *f)
         "no such queue, the consumer id or rank held by a live consumer...), 2 bad\n"
         "usage, 3 the job finished but an epoch lost records to failed tasks (each\n"
         "such end is told on stderr: which tasks failed and why).\n");
-}
-
-static int bad_usage(const char *fmt, const char *arg)
-{
-    fprintf(stderr, PROG ": ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\ntry '" PROG " --help'\n");
-    return 2;
-}
-
-/* Parses a decimal integer in [min, max]; returns -1 when s is not one. */
-static int parse_long(const char *s, long long min, long long max, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static double now_s(void)
@@ -168,6 +151,7 @@ static void print_totals(const char *prefix, const struct totals *t, int with_ep
 
 int main(int argc, char **argv)
 {
+    sluicei_cli_init(PROG);
     const char *url = getenv("SLUICE_REDIS_URL");
     const char *queue = NULL, *consumer_id = NULL;
     long long count = -1, timeout_ms = -1, prefetch = 0, rank = -1, world = -1;
@@ -176,77 +160,67 @@ int main(int argc, char **argv)
 
     if (!url || !*url)
         url = DEFAULT_URL;
+    const struct {
+        const char *flag, *what;
+        int64_t min, max;
+        long long *out;
+    } nums[] = {
+        {"--count", "a positive integer", 1, INT64_MAX, &count},
+        {"--timeout-ms", "an integer from 0 to 2147483647", 0, INT32_MAX, &timeout_ms},
+        {"--prefetch", "an integer from 1 to 1024", 1, 1024, &prefetch},
+        {"--rank", "an integer from 0 to 999999", 0, 999999, &rank},
+        {"--world", "an integer from 1 to 1000000", 1, 1000000, &world},
+        {"--max-batch-bytes", "a positive integer", 1, INT64_MAX, &max_batch_bytes},
+    };
+    const struct {
+        const char *flag;
+        int *on;
+    } switches[] = {
+        {"--summary", &summary},   {"--epochs", &epochs},       {"--print-ids", &print_ids},
+        {"--at-most-once", &at_most_once}, {"--quiet", &quiet},
+    };
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = NULL;
-        char name[32];
-        /* --flag=value and --flag value are both accepted. */
-        const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
-        if (eq && (size_t)(eq - a) < sizeof name) {
-            memcpy(name, a, (size_t)(eq - a));
-            name[eq - a] = '\0';
-            a = name;
-            val = eq + 1;
-        }
-        int takes_value = !strcmp(a, "--redis") || !strcmp(a, "--queue") ||
-                          !strcmp(a, "--count") || !strcmp(a, "--timeout-ms") ||
-                          !strcmp(a, "--prefetch") || !strcmp(a, "--rank") ||
-                          !strcmp(a, "--world") || !strcmp(a, "--max-batch-bytes") ||
-                          !strcmp(a, "--consumer-id");
-        if (takes_value && !val) {
-            if (i + 1 >= argc)
-                return bad_usage("%s needs a value", a);
-            val = argv[++i];
-        } else if (!takes_value && val) {
-            return bad_usage("%s takes no value", a);
-        }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        const char *a = argv[i], *val = NULL;
+        int got = 0;
+        if (sluicei_flag_is(a, "--help", "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--redis")) {
-            url = val;
-        } else if (!strcmp(a, "--queue")) {
-            queue = val;
-        } else if (!strcmp(a, "--consumer-id")) {
-            consumer_id = val;
-        } else if (!strcmp(a, "--count")) {
-            if (parse_long(val, 1, INT64_MAX, &count))
-                return bad_usage("--count: '%s' is not a positive integer", val);
-        } else if (!strcmp(a, "--timeout-ms")) {
-            if (parse_long(val, 0, INT32_MAX, &timeout_ms))
-                return bad_usage("--timeout-ms: '%s' is not an integer from 0 to 2147483647", val);
-        } else if (!strcmp(a, "--prefetch")) {
-            if (parse_long(val, 1, 1024, &prefetch))
-                return bad_usage("--prefetch: '%s' is not an integer from 1 to 1024", val);
-        } else if (!strcmp(a, "--rank")) {
-            if (parse_long(val, 0, 999999, &rank))
-                return bad_usage("--rank: '%s' is not an integer from 0 to 999999", val);
-        } else if (!strcmp(a, "--world")) {
-            if (parse_long(val, 1, 1000000, &world))
-                return bad_usage("--world: '%s' is not an integer from 1 to 1000000", val);
-        } else if (!strcmp(a, "--max-batch-bytes")) {
-            if (parse_long(val, 1, INT64_MAX, &max_batch_bytes))
-                return bad_usage("--max-batch-bytes: '%s' is not a positive integer", val);
-        } else if (!strcmp(a, "--summary")) {
-            summary = 1;
-        } else if (!strcmp(a, "--epochs")) {
-            epochs = 1;
-        } else if (!strcmp(a, "--print-ids")) {
-            print_ids = 1;
-        } else if (!strcmp(a, "--at-most-once")) {
-            at_most_once = 1;
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = 1;
-        } else {
-            return bad_usage("unknown argument '%s'", argv[i]);
         }
+        if (sluicei_cli_version(a, stdout))
+            return 0;
+        for (size_t k = 0; !got && k < sizeof switches / sizeof switches[0]; k++) {
+            size_t n = strlen(switches[k].flag);
+            if (strncmp(a, switches[k].flag, n) == 0 && a[n] == '=')
+                return sluicei_usage_error("%s takes no value", switches[k].flag);
+            if (strcmp(a, switches[k].flag) == 0)
+                got = *switches[k].on = 1;
+        }
+        if (!got && (got = sluicei_flag_value(argc, argv, &i, "--redis", &val)) == 1)
+            url = val;
+        if (!got && (got = sluicei_flag_value(argc, argv, &i, "--queue", &val)) == 1)
+            queue = val;
+        if (!got && (got = sluicei_flag_value(argc, argv, &i, "--consumer-id", &val)) == 1)
+            consumer_id = val;
+        for (size_t k = 0; got == 0 && k < sizeof nums / sizeof nums[0]; k++) {
+            if ((got = sluicei_flag_value(argc, argv, &i, nums[k].flag, &val)) != 1)
+                continue;
+            int64_t v;
+            if (sluicei_parse_i64(val, nums[k].min, nums[k].max, &v) != 0)
+                return sluicei_usage_error("%s: '%.64s' is not %s", nums[k].flag, val,
+                                           nums[k].what);
+            *nums[k].out = (long long)v;
+        }
+        if (got < 0)
+            return SLUICEI_EXIT_USAGE;
+        if (got == 0)
+            return sluicei_usage_error("unknown argument '%.64s'", a);
     }
     if (!queue)
-        return bad_usage("%s", "--queue is required");
+        return sluicei_usage_error("--queue is required");
     if ((rank >= 0) != (world >= 0))
-        return bad_usage("%s", "--rank and --world go together");
+        return sluicei_usage_error("--rank and --world go together");
     if (world >= 0 && rank >= world)
-        return bad_usage("%s", "--rank must be below --world");
+        return sluicei_usage_error("--rank must be below --world");
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
