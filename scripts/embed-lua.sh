@@ -1,7 +1,9 @@
 #!/bin/sh
 # Writes, to stdout, a C file holding the Lua scripts named on the command
 # line (common/lua/NAME.lua), in that order, as the arrays
-# sluicei_lua_names[] and sluicei_lua_sources[]. A line "--! include lib"
+# sluicei_lua_names[], sluicei_lua_sources[] and sluicei_lua_shas[] (the
+# SHA1 of each source, the name EVALSHA calls it by: known at build time,
+# so no connection needs to remember what SCRIPT LOAD answered). A line "--! include lib"
 # is replaced by the helpers of common/lua/lib.lua the script uses
 # (scripts/lua-expand.awk), so shared helpers are written once.
 set -eu
@@ -21,5 +23,11 @@ for n in "$@"; do
             print "    \"" line "\\n\""
         }'
     echo "    ,"
+done
+echo "};"
+echo "const char *const sluicei_lua_shas[] = {"
+for n in "$@"; do
+    sha=$(awk -v lib="$dir/lib.lua" -f "$(dirname "$0")/lua-expand.awk" "$dir/$n.lua" | sha1sum)
+    echo "    \"${sha%% *}\","
 done
 echo "};"
