@@ -88,7 +88,7 @@ enum outcome {
 /* ---- flags.c ---- */
 
 /* Parses argv into cf (whose defaults are set). Returns 0, -1 after --help
- * (printed), or SLUICEI_EXIT_USAGE (message printed).
+ * or --version (printed), or SLUICEI_EXIT_USAGE (message printed).
  * Everything is checked before any connection. */
 int flags_parse(int argc, char **argv, config *cf);
 

@@ -100,6 +100,7 @@ static void usage(FILE *f)
             "                     0.0.0.0:9100 (every address), 127.0.0.1:9100, [::1]:9100.\n"
             "                     docs/OBSERVE.md lists the metrics.\n"
             "  --help             this text\n"
+            "  --version          show the version\n"
             "\n"
             "Files mode: a corrupt or truncated file stops the run: the batches before the\n"
             "damage stay pushed, the partly filled batch is not, and the error names the\n"
@@ -149,6 +150,8 @@ int flags_parse(int argc, char **argv, config *cf)
             usage(stdout);
             return -1;
         }
+        if (sluicei_cli_version(a, stdout))
+            return -1;
         if (sluicei_flag_is(a, "--summary", NULL)) {
             cf->summary = 1;
             continue;
