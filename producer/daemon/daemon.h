@@ -53,7 +53,8 @@ typedef struct config {
     int nfiles;
 } config;
 
-/* What was pushed: of a file, of a task, of the whole run. */
+/* What was pushed: of a file, of a task, of the whole run. sum (the
+ * checksum of --summary) is only computed with --summary. */
 typedef struct counts {
     uint64_t batches, records, bytes, sum;
 } counts;
