@@ -34,5 +34,6 @@ extern const struct test reader_tests[];
 extern const struct test manifest_tests[];
 extern const struct test cluster_tests[];
 extern const struct test num_tests[];
+extern const struct test batcher_tests[];
 
 #endif
