@@ -7,8 +7,6 @@
 
 int test_failures;
 
-/* Suites whose table test.h does not declare. */
-
 #define PASSWORD_ENV "SLUICE_REDIS_PASSWORD"
 static char *saved_password;
 
