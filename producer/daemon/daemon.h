@@ -24,8 +24,6 @@
 #define DEFAULT_URL "redis://127.0.0.1:6379"
 #define MAX_BATCH_SIZE 1000000
 #define MAX_INFLIGHT 1024
-#define LEASE_MS_DEFAULT 10000
-#define LEASE_MS_MIN 1000
 #define LEASE_MS_MAX 86400000
 /* While reading between pushes takes this long, flush to keep the task's
  * lease and the heartbeat going (the API does both inside a flush). */
@@ -36,8 +34,6 @@
  * timeouts of that connection (short: closing waits for a read under way). */
 #define METRICS_REFRESH_MS 1000
 #define METRICS_REDIS_TIMEOUT_MS 2000
-/* Longest producer id (producer.h). */
-#define MAX_PRODUCER_ID 64
 
 /* Set by the first SIGINT or SIGTERM (main.c): stop at the next record
  * and shut down cleanly. daemon_stop_signal says which. */

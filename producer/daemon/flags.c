@@ -6,6 +6,8 @@
 #include "cli.h"
 #include "metrics.h"
 #include "num.h"
+#include "proto.h"
+#include "wire.h"
 
 #include <string.h>
 
@@ -128,7 +130,7 @@ static void usage(FILE *f)
             "  sluice-ctl submit train --manifest train.manifest --epochs 10 --batch-size 64\n"
             "  " PROG " --queue train &    # as many as it takes, on any host\n"
             "  " PROG " --queue train --exec 'python3 decode.py {path} {start} {end}'\n",
-            MAX_BATCH_SIZE, LEASE_MS_MIN, LEASE_MS_MAX, LEASE_MS_DEFAULT, MAX_INFLIGHT);
+            MAX_BATCH_SIZE, SLUICEI_MIN_LEASE_MS, LEASE_MS_MAX, SLUICE_LEASE_MS_DEFAULT, MAX_INFLIGHT);
 }
 
 /* Parses argv into cf (daemon.h). */
@@ -195,9 +197,9 @@ int flags_parse(int argc, char **argv, config *cf)
                 return sluicei_usage_error("--inflight '%s' is not a number in 1..%d", val,
                                            MAX_INFLIGHT);
         } else if (strcmp(name, "--lease-ms") == 0) {
-            if (sluicei_parse_i64(val, LEASE_MS_MIN, LEASE_MS_MAX, &cf->lease_ms) != 0)
+            if (sluicei_parse_i64(val, SLUICEI_MIN_LEASE_MS, LEASE_MS_MAX, &cf->lease_ms) != 0)
                 return sluicei_usage_error("--lease-ms '%s' is not a number in %d..%d", val,
-                                           LEASE_MS_MIN, LEASE_MS_MAX);
+                                           SLUICEI_MIN_LEASE_MS, LEASE_MS_MAX);
         } else if (strcmp(name, "--exec") == 0) {
             if (!*val)
                 return sluicei_usage_error("--exec needs a command");
@@ -216,8 +218,8 @@ int flags_parse(int argc, char **argv, config *cf)
                 return sluicei_usage_error("--transform needs a library path");
             cf->transform = val;
         } else if (strcmp(name, "--id") == 0) {
-            if (!*val || strlen(val) > MAX_PRODUCER_ID)
-                return sluicei_usage_error("--id must be 1 to %d bytes", MAX_PRODUCER_ID);
+            if (!*val || strlen(val) > SLUICE_MAX_PRODUCER_ID)
+                return sluicei_usage_error("--id must be 1 to %d bytes", SLUICE_MAX_PRODUCER_ID);
             cf->producer_id = val;
         } else if (strcmp(name, "--metrics-addr") == 0) {
             char err[512];
@@ -241,7 +243,7 @@ int flags_parse(int argc, char **argv, config *cf)
             return sluicei_usage_error("--format is for files mode; in job mode (no FILE) the "
                                        "manifest names each shard's reader");
         if (!cf->lease_ms)
-            cf->lease_ms = LEASE_MS_DEFAULT;
+            cf->lease_ms = SLUICE_LEASE_MS_DEFAULT;
         return 0;
     }
     if (cf->lease_ms || cf->follow)

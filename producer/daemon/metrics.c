@@ -7,6 +7,7 @@
 #include "cluster.h"
 #include "gauges.h"
 #include "metrics.h"
+#include "wire.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@
  * same thing, one of them late. */
 struct pmetrics {
     const char *url, *queue;
-    char id[MAX_PRODUCER_ID + 1];
+    char id[SLUICE_MAX_PRODUCER_ID + 1];
     atomic_int id_set;                   /* id is written (release/acquire) */
     _Atomic uint64_t local[SLUICEI_PSTAT_COUNT];       /* from the API after each push and task */
     _Atomic uint64_t published[SLUICEI_PSTAT_COUNT];   /* pstats:<id> as last read */
