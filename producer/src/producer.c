@@ -74,6 +74,7 @@
 #include "conn.h"
 #include "producer_internal.h"
 #include "proto.h"
+#include "taskdef.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -249,11 +250,10 @@ struct sluice_producer {
     uint64_t job_failed;               /* tasks failed, when task_claim said 'done' */
 };
 
-/* A claimed task and the strings it points to, in one allocation. */
+/* A claimed task and its decoded definition, which its strings point into. */
 typedef struct task_box {
     sluice_task t;
-    char *def;                         /* the taskdef, split in place */
-    const char *paths[];
+    sluicei_taskdef *def;              /* owned */
 } task_box;
 
 static void seterr(sluice_producer *p, const char *fmt, ...)
@@ -2063,76 +2063,14 @@ static int reply_u64(const redisReply *r, uint64_t max, uint64_t *v)
     return -1;
 }
 
-/* Splits a task definition "reader\tstart\tend\tpath\tpath..." (start
- * empty: 0; end empty: to the end) into a new task_box owned by the
- * caller (free()). NULL when malformed or out of memory; why says which. */
-static task_box *task_decode(const char *def, size_t len, char *why, size_t whylen)
-{
-    size_t tabs = 0;
-    if (memchr(def, '\0', len)) {
-        snprintf(why, whylen, "the definition contains a NUL byte");
-        return NULL;
-    }
-    for (size_t i = 0; i < len; i++)
-        tabs += def[i] == '\t';
-    if (tabs < 3) {
-        snprintf(why, whylen, "the definition has %zu fields, expected reader, start, end "
-                 "and at least one path", tabs + 1);
-        return NULL;
-    }
-    size_t npaths = tabs - 2;
-    task_box *b = malloc(sizeof *b + npaths * sizeof b->paths[0] + len + 1);
-    if (!b) {
-        snprintf(why, whylen, "out of memory");
-        return NULL;
-    }
-    memset(&b->t, 0, sizeof b->t);
-    b->def = (char *)(b->paths + npaths);
-    memcpy(b->def, def, len);
-    b->def[len] = '\0';
-
-    char *field[3];
-    char *s = b->def;
-    for (int i = 0; i < 3; i++) {
-        field[i] = s;
-        s = strchr(s, '\t');
-        *s++ = '\0';
-    }
-    for (size_t i = 0; i < npaths; i++) {
-        b->paths[i] = s;
-        char *tab = strchr(s, '\t');
-        if (tab) {
-            *tab = '\0';
-            s = tab + 1;
-        }
-        if (b->paths[i][0] == '\0') {
-            snprintf(why, whylen, "path %zu of the definition is empty", i + 1);
-            free(b);
-            return NULL;
-        }
-    }
-    b->t.reader = field[0];
-    b->t.paths = b->paths;
-    b->t.npaths = npaths;
-    b->t.start = 0;
-    b->t.end = UINT64_MAX;
-    if (field[0][0] == '\0' ||
-        (field[1][0] && parse_dec(field[1], strlen(field[1]), UINT64_MAX, &b->t.start)) ||
-        (field[2][0] && parse_dec(field[2], strlen(field[2]), UINT64_MAX, &b->t.end)) ||
-        b->t.start > b->t.end) {
-        snprintf(why, whylen, "the definition's reader or record range is malformed "
-                 "(reader '%.64s', start '%.32s', end '%.32s')", field[0], field[1], field[2]);
-        free(b);
-        return NULL;
-    }
-    return b;
-}
-
 /* Forgets the task held: frees it, and numbers later pushes as ad-hoc
  * batches again (a random task of this producer, epoch 0). */
 static void end_task(sluice_producer *p)
 {
-    free((task_box *)p->task_held);   /* t is the box's first member */
+    task_box *b = (task_box *)p->task_held;   /* t is the box's first member */
+    if (b)
+        free(b->def);
+    free(b);
     p->task_held = NULL;
     p->task_key[0] = '\0';
     p->lease_lost = 0;
@@ -2195,6 +2133,7 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
 
     char why[256] = "";
     task_box *b = NULL;
+    sluicei_taskdef *d = NULL;
     const redisReply *def = r->element[2];
     if (def->type != REDIS_REPLY_STRING)
         snprintf(why, sizeof why, "the job has no definition for shard %" PRIu64, shard);
@@ -2205,9 +2144,11 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
     else if (r->elements >= 7 && r->element[6]->type != REDIS_REPLY_NIL &&
              reply_u64(r->element[6], (uint64_t)UINT32_MAX + 1, &resume))
         snprintf(why, sizeof why, "the task's resume point is malformed");
-    else
-        b = task_decode(def->str, def->len, why, sizeof why);
+    else if (sluicei_taskdef_decode(def->str, def->len, &d, why, sizeof why) == SLUICE_OK &&
+             !(b = calloc(1, sizeof *b)))
+        snprintf(why, sizeof why, "out of memory");
     if (!b) {
+        free(d);
         char msg[400];
         snprintf(msg, sizeof msg, "task %s cannot be produced: %s", key, why);
         sluice_err e = fail_script(p, msg, 0, 0);   /* needs only task_key */
@@ -2215,6 +2156,12 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
         seterr(p, "%s", msg);
         return e == SLUICE_OK ? SLUICE_ERR_FORMAT : e;
     }
+    b->def = d;
+    b->t.reader = d->reader;
+    b->t.paths = d->paths;
+    b->t.npaths = d->npaths;
+    b->t.start = d->start;
+    b->t.end = d->end;
     b->t.epoch = (uint32_t)epoch;
     b->t.shard = shard;
     b->t.attempt = (int)attempt;
