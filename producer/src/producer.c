@@ -16,9 +16,9 @@
  * no other group awaits its answer (replies that came in are read without
  * waiting, as Nagle's algorithm does with TCP segments): so a producer
  * faster than Redis sends full groups, a slower one each batch at once.
- * The request is written by hand with sendmsg() straight from the slots'
- * frames (hiredis would copy every frame into its output buffer); hiredis
- * only parses the replies. Invariant: the replies Redis
+ * The request is written by hand straight from the slots' frames
+ * (conn_send.h; hiredis would copy every frame into its output buffer);
+ * hiredis only parses the replies. Invariant: the replies Redis
  * still owes us belong to the groups gid_read..gid_next-1, whose slots are
  * SENT, and each group owes four replies (MULTI, MSET, EVALSHA, EXEC).
  *
@@ -72,6 +72,7 @@
 
 #include "cluster.h"
 #include "conn.h"
+#include "conn_send.h"
 #include "producer_internal.h"
 #include "proto.h"
 #include "taskdef.h"
@@ -80,13 +81,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,9 +186,8 @@ struct sluice_producer {
     int oom;                           /* Redis refused a group for lack of memory */
     int opened;                        /* open() succeeded: close() publishes counters */
 
-    /* The RESP text of a group around its frames, and the pieces to send. */
-    sluicei_buf req;
-    struct iovec iov[2 * GROUP_MAX + 1];
+    /* The request of a group, which refers to its frames. */
+    sluicei_req req;
 
     sluice_producer_stats st;
     char errstr[512];
@@ -346,11 +343,9 @@ static sluice_err redirect_pause(sluice_producer *p, const char *what, const cha
                            : p->redirect_pause_ms >= REDIRECT_PAUSE_MAX_MS / 2
                                ? REDIRECT_PAUSE_MAX_MS
                                : p->redirect_pause_ms * 2;
-    if (p->conn->ctx) {
-        redisFree(p->conn->ctx);
-        p->conn->ctx = NULL;
-    }
-    snprintf(p->conn->errstr, sizeof p->conn->errstr, "%s: redis: %.400s", what, msg);
+    char why[sizeof p->conn->errstr];
+    snprintf(why, sizeof why, "%s: redis: %.400s", what, msg);
+    sluicei_conn_drop(p->conn, why);
     for (int64_t end = now + p->redirect_pause_ms; (now = sluicei_now_ms()) < end;) {
         if (stopped(p)) {
             seterr(p, "%s: stopped while the queue's node was changing (%.200s)", what, msg);
@@ -377,87 +372,6 @@ static void set_state(sluice_producer *p, slot *s, enum slot_state st)
     s->state = st;
 }
 
-/* Appends printf output to b. */
-static sluice_err bprintf(sluicei_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static sluice_err bprintf(sluicei_buf *b, const char *fmt, ...)
-{
-    if (sluicei_buf_reserve(b, 64) != SLUICE_OK)
-        return SLUICE_ERR_NOMEM;
-    for (;;) {
-        va_list ap;
-        size_t room = b->cap - b->len;
-        va_start(ap, fmt);
-        int n = vsnprintf((char *)b->data + b->len, room, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return SLUICE_ERR_SYS;
-        if ((size_t)n < room) {
-            b->len += (size_t)n;
-            return SLUICE_OK;
-        }
-        if (sluicei_buf_reserve(b, (size_t)n + 1) != SLUICE_OK)
-            return SLUICE_ERR_NOMEM;
-    }
-}
-
-/* Appends a RESP bulk string. */
-static sluice_err bbulk(sluicei_buf *b, const char *s)
-{
-    return bprintf(b, "$%zu\r\n%s\r\n", strlen(s), s);
-}
-
-/* Records a socket error like conn.c does and drops the context, so that
- * the caller reconnects. */
-static sluice_err send_failed(sluice_producer *p, int err)
-{
-    char addr[256];
-    sluicei_url_describe(&p->conn->url, addr, sizeof addr);
-    snprintf(p->conn->errstr, sizeof p->conn->errstr, "redis %s: send: %s%s", addr,
-             strerror(err), err == EAGAIN ? " (no progress within the timeout)" : "");
-    redisFree(p->conn->ctx);
-    p->conn->ctx = NULL;
-    return SLUICE_ERR_IO;
-}
-
-/* Writes iov[0..n) to the socket, whatever partial writes it takes. */
-static sluice_err write_all(sluice_producer *p, struct iovec *iov, int n)
-{
-    redisContext *ctx = p->conn->ctx;
-    /* Nothing of hiredis's may follow ours; its buffer is empty in
-     * practice (plain commands run only with nothing in flight). */
-    if (sdslen(ctx->obuf) > 0) {
-        sluice_err e = sluicei_conn_flush(p->conn);
-        if (e != SLUICE_OK)
-            return e;
-    }
-    while (n > 0) {
-        struct msghdr mh;
-        memset(&mh, 0, sizeof mh);
-        mh.msg_iov = iov;
-        mh.msg_iovlen = (size_t)(n < IOV_MAX ? n : IOV_MAX);
-        /* MSG_NOSIGNAL: a closed socket is an error, not a SIGPIPE for the
-         * application linking us. */
-        ssize_t w = sendmsg(ctx->fd, &mh, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return send_failed(p, errno);
-        }
-        size_t left = (size_t)w;
-        while (n > 0 && left >= iov->iov_len) {
-            left -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + left;
-            iov->iov_len -= left;
-        }
-    }
-    return SLUICE_OK;
-}
-
 /* The replicas a WAIT after a write asks for: the url's, but no more than
  * the node has connected (once ROLE was asked). Changes only while no
  * reply is owed (housekeep(), recover()), so a group's replies are read as
@@ -472,78 +386,52 @@ static int wait_n(const sluice_producer *p)
  * transaction:
  *   MULTI / MSET in:<id> <frame> ... / EVALSHA push 1 meta <e t s s...> / EXEC
  * and, when the connection's url asks for it, WAIT <replicas> <ms>,
- * as p->iov[0..*n): pieces of p->req around the slots' frames, which go to
- * the socket without a copy. Changes nothing else. */
-static sluice_err build_group(sluice_producer *p, slot **m, int k, int *n)
+ * as p->req, whose frames are the slots' (sent without a copy). Changes
+ * nothing else. */
+static sluice_err build_group(sluice_producer *p, slot **m, int k)
 {
     sluicei_conn *c = p->conn;
-    sluicei_buf *b = &p->req;
-    size_t cut[GROUP_MAX];   /* where frame i goes in the text */
-    char num[24];
-    b->len = 0;
-    sluice_err e = bprintf(b, "*1\r\n$5\r\nMULTI\r\n*%d\r\n$4\r\nMSET\r\n", 1 + 2 * k);
-    for (int i = 0; i < k && e == SLUICE_OK; i++) {
-        e = bprintf(b, "%s$%zu\r\n%s%s\r\n$%zu\r\n", i ? "\r\n" : "",
-                    strlen(p->in_prefix) + strlen(m[i]->idstr), p->in_prefix, m[i]->idstr,
-                    m[i]->frame.len);
-        cut[i] = b->len;
-    }
-    if (e == SLUICE_OK)
-        e = bprintf(b, "\r\n*%d\r\n$7\r\nEVALSHA\r\n", 6 + k);
-    if (e == SLUICE_OK)
-        e = bbulk(b, c->script_sha[SLUICEI_SCRIPT_PUSH]);
-    if (e == SLUICE_OK)
-        e = bbulk(b, "1");
-    if (e == SLUICE_OK)
-        e = bbulk(b, p->meta_key);
-    snprintf(num, sizeof num, "%" PRIu32, m[0]->id.epoch);
-    if (e == SLUICE_OK)
-        e = bbulk(b, num);
-    snprintf(num, sizeof num, "%" PRIu64, m[0]->id.task);
-    if (e == SLUICE_OK)
-        e = bbulk(b, num);
-    for (int i = 0; i < k && e == SLUICE_OK; i++) {
-        snprintf(num, sizeof num, "%" PRIu32, m[i]->id.seq);
-        e = bbulk(b, num);
-    }
-    if (e == SLUICE_OK)
-        e = bprintf(b, "*1\r\n$4\r\nEXEC\r\n");
-    if (e == SLUICE_OK && wait_n(p) > 0) {
-        snprintf(num, sizeof num, "%d", wait_n(p));
-        e = bprintf(b, "*3\r\n$4\r\nWAIT\r\n");
-        if (e == SLUICE_OK)
-            e = bbulk(b, num);
-        snprintf(num, sizeof num, "%d", SLUICEI_WAIT_MS);
-        if (e == SLUICE_OK)
-            e = bbulk(b, num);
-    }
-    if (e != SLUICE_OK) {
-        snprintf(c->errstr, sizeof c->errstr, "building a push: %s", sluice_strerror(e));
-        return e;
-    }
-    /* Pointers into b only now that it is complete: it may have moved. */
-    size_t from = 0;
-    *n = 0;
+    sluicei_req *q = &p->req;
+    sluicei_req_reset(q);
+    sluicei_req_command(q, 1);
+    sluicei_req_str(q, "MULTI");
+    sluicei_req_command(q, 1 + 2 * k);
+    sluicei_req_str(q, "MSET");
     for (int i = 0; i < k; i++) {
-        p->iov[*n].iov_base = b->data + from;
-        p->iov[(*n)++].iov_len = cut[i] - from;
-        p->iov[*n].iov_base = m[i]->frame.data;
-        p->iov[(*n)++].iov_len = m[i]->frame.len;
-        from = cut[i];
+        sluicei_req_str2(q, p->in_prefix, m[i]->idstr);
+        sluicei_req_ref_arg(q, m[i]->frame.data, m[i]->frame.len);
     }
-    p->iov[*n].iov_base = b->data + from;
-    p->iov[(*n)++].iov_len = b->len - from;
+    sluicei_req_command(q, 6 + k);
+    sluicei_req_str(q, "EVALSHA");
+    sluicei_req_str(q, c->script_sha[SLUICEI_SCRIPT_PUSH]);
+    sluicei_req_str(q, "1");
+    sluicei_req_str(q, p->meta_key);
+    sluicei_req_u64(q, m[0]->id.epoch);
+    sluicei_req_u64(q, m[0]->id.task);
+    for (int i = 0; i < k; i++)
+        sluicei_req_u64(q, m[i]->id.seq);
+    sluicei_req_command(q, 1);
+    sluicei_req_str(q, "EXEC");
+    if (wait_n(p) > 0) {
+        sluicei_req_command(q, 3);
+        sluicei_req_str(q, "WAIT");
+        sluicei_req_u64(q, (uint64_t)wait_n(p));
+        sluicei_req_u64(q, SLUICEI_WAIT_MS);
+    }
+    if (q->err != SLUICE_OK) {
+        snprintf(c->errstr, sizeof c->errstr, "building a push: %s", sluice_strerror(q->err));
+        return q->err;
+    }
     return SLUICE_OK;
 }
 
 /* Builds and sends the request for the group m[0..k). */
 static sluice_err write_group(sluice_producer *p, slot **m, int k)
 {
-    int n;
     if (!p->conn->ctx)
         return SLUICE_ERR_IO;
-    sluice_err e = build_group(p, m, k, &n);
-    return e == SLUICE_OK ? write_all(p, p->iov, n) : e;
+    sluice_err e = build_group(p, m, k);
+    return e == SLUICE_OK ? sluicei_conn_send(p->conn, &p->req) : e;
 }
 
 /* The slots of group gid, in ring order (the order they were sent in). */
@@ -562,10 +450,9 @@ static int members(sluice_producer *p, uint64_t gid, slot **m)
  * be built leaves them as they were. */
 static sluice_err send_group(sluice_producer *p, slot **m, int k)
 {
-    int n;
     if (!p->conn->ctx)
         return SLUICE_ERR_IO;
-    sluice_err e = build_group(p, m, k, &n);
+    sluice_err e = build_group(p, m, k);
     if (e != SLUICE_OK)
         return e;
     uint64_t gid = p->gid_next++;
@@ -574,7 +461,7 @@ static sluice_err send_group(sluice_producer *p, slot **m, int k)
         m[i]->gid = gid;
     }
     p->nsent += k;
-    return write_all(p, p->iov, n);
+    return sluicei_conn_send(p->conn, &p->req);
 }
 
 /* After a lost connection: reconnects (within reconnect_timeout_ms, or
@@ -847,32 +734,14 @@ static sluice_err read_one(sluice_producer *p)
 static sluice_err read_ready(sluice_producer *p)
 {
     while (p->nsent > 0 && p->conn->ctx) {
-        redisContext *ctx = p->conn->ctx;
-        void *r = NULL;
-        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
-            snprintf(p->conn->errstr, sizeof p->conn->errstr, "redis: %s", ctx->errstr);
-            redisFree(ctx);
-            p->conn->ctx = NULL;
+        redisReply *r = NULL;
+        if (sluicei_conn_read_ready(p->conn, &r) != SLUICE_OK)
             return lost_reply(p);
-        }
-        if (r) {
-            sluice_err e = take_reply(p, r, 1);
-            if (e != SLUICE_OK)
-                return e;
-            continue;
-        }
-        struct pollfd pf = {.fd = ctx->fd, .events = POLLIN};
-        if (poll(&pf, 1, 0) <= 0)
+        if (!r)
             return SLUICE_OK;
-        if (redisBufferRead(ctx) != REDIS_OK) {
-            char addr[256];
-            sluicei_url_describe(&p->conn->url, addr, sizeof addr);
-            snprintf(p->conn->errstr, sizeof p->conn->errstr, "redis %s: %s", addr,
-                     ctx->errstr[0] ? ctx->errstr : "connection closed");
-            redisFree(ctx);
-            p->conn->ctx = NULL;
-            return lost_reply(p);
-        }
+        sluice_err e = take_reply(p, r, 1);
+        if (e != SLUICE_OK)
+            return e;
     }
     return SLUICE_OK;
 }
@@ -1035,8 +904,7 @@ static sluice_err beat(sluice_producer *p, int may_reconnect)
                                                       argv, NULL, &r);
     if (r && r->type == REDIS_REPLY_ERROR && redirect_error(p, r->str) && p->conn->ctx) {
         /* The partition moved: the next connect finds it (idle_connected()). */
-        redisFree(p->conn->ctx);
-        p->conn->ctx = NULL;
+        sluicei_conn_drop(p->conn, NULL);
     }
     if (r)
         freeReplyObject(r);
@@ -1146,8 +1014,7 @@ static void probe_reply(sluice_producer *c, redisReply **r)
         return;
     if (*r && redirect_error(c, (*r)->str) && c->conn->ctx) {
         /* The other replies still owed go with the connection. */
-        redisFree(c->conn->ctx);
-        c->conn->ctx = NULL;
+        sluicei_conn_drop(c->conn, NULL);
     }
     if (*r)
         freeReplyObject(*r);
@@ -2006,7 +1873,7 @@ static void close_free(sluice_producer *p)
         freeReplyObject(p->exec_reply);
     for (int i = 0; i < p->nslots; i++)
         sluicei_buf_free(&p->ring[i].frame);
-    sluicei_buf_free(&p->req);
+    sluicei_req_free(&p->req);
     free(p->ring);
     free(p);
 }
@@ -2190,8 +2057,7 @@ static sluice_err wait_task_wake(sluice_producer *p, int64_t ms)
     sluice_err e = sluicei_conn_command(p->conn, &r, "BLPOP %s %s", p->task_wake_key, secs);
     if (e == SLUICE_ERR_REDIS && r && redirect_error(p, r->str) && p->conn->ctx) {
         /* The claim that follows finds the queue's node again. */
-        redisFree(p->conn->ctx);
-        p->conn->ctx = NULL;
+        sluicei_conn_drop(p->conn, NULL);
     }
     if (r)
         freeReplyObject(r);
