@@ -6,7 +6,7 @@
  * on the queue's room list, which the ack script feeds, with a 1 s
  * timeout. So a blocked producer wakes within milliseconds of an ack and
  * otherwise costs one round trip per second. The refused batches are then
- * sent again, grouped as above. */
+ * sent again, grouped as pipeline.c says ("Groups"). */
 #include "producer_impl.h"
 
 #include <inttypes.h>
