@@ -56,6 +56,23 @@ local function tasks_key(e)
   return pre .. 'tasks:' .. e
 end
 
+-- The room rule: whether a queue that holds count batches of used bytes
+-- has room for one more batch of size bytes within its budgets, maxn
+-- batches and maxb bytes (meta max_batches, max_bytes). ahead: the batch is
+-- of an epoch the trainers have not reached, which gets 3/4 of each budget
+-- (at least one batch), so that a task of the current epoch that must be
+-- redone finds room. task_claim asks it for a batch of one byte; push
+-- holds a copy (it runs standalone, without lib: keep the two the same);
+-- so does a producer probing other partitions (producer/src/group.c,
+-- group_spill_target), with ahead.
+local function has_room(count, used, size, maxn, maxb, ahead)
+  if ahead then
+    maxn = math.max(1, math.floor(maxn * 3 / 4))
+    maxb = math.floor(maxb * 3 / 4)
+  end
+  return count + 1 <= maxn and used + size <= maxb
+end
+
 -- A batch id "epoch:task:seq" in canonical decimal (a padding copy ends in
 -- ":pad<k>"), epoch < 2^32, task < 2^64, seq <= 16777215 (the bit of seq
 -- in an acknowledgement bitmap: a larger seq would make it huge).

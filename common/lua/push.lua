@@ -25,6 +25,15 @@ end
 local function valid_seq(s)
   return decimal(s, 8) and tonumber(s) <= 16777215
 end
+-- The room rule: a copy of has_room in lib.lua (push runs without lib, so
+-- that a client can take this script from docs/PROTOCOL.md as it is).
+local function has_room(count, used, size, maxn, maxb, ahead)
+  if ahead then
+    maxn = math.max(1, math.floor(maxn * 3 / 4))
+    maxb = math.floor(maxb * 3 / 4)
+  end
+  return count + 1 <= maxn and used + size <= maxb
+end
 local ids, tmp, get = {}, {}, {}
 for k = 1, n do
   ids[k] = e .. ':' .. t .. ':' .. ARGV[k + 2]
@@ -68,7 +77,6 @@ if redis.call('EXISTS', pre .. 'redo') == 1 then
   end
 end
 local maxn, maxb = tonumber(m[1]), tonumber(m[2])
-local budget = maxb
 local ranks = tonumber(m[3] or '0')
 local jf = redis.call('HMGET', pre .. 'job', 'epoch_open', 'epochs')
 local open = jf[1] and tonumber(jf[1])
@@ -83,10 +91,7 @@ local count = redis.call('HLEN', dlv)
 local used = tonumber(redis.call('GET', pre .. 'bytes') or '0')
 -- Batches of an epoch the trainers have not reached get 3/4 of the
 -- budgets, so a task of the current epoch that must be redone finds room.
-if open and tonumber(e) > open then
-  maxn = math.max(1, math.floor(maxn * 3 / 4))
-  maxb = math.floor(maxb * 3 / 4)
-end
+local ahead = open and tonumber(e) > open
 local stage = pre .. 'stage:' .. le
 local out, gone, fields, seen, list = {}, {}, {}, {}, {}
 local pushed, bytes, dups, full, nf = 0, 0, 0, false, 0
@@ -106,9 +111,9 @@ for k = 1, n do
     elseif size > frame_max then
       out[k] = redis.error_reply('TOOBIG batch of ' .. size ..
                ' bytes exceeds the queue frame limit of ' .. frame_max)
-    elseif size > budget then
+    elseif size > maxb then
       out[k] = redis.error_reply('TOOBIG batch of ' .. size ..
-               ' bytes exceeds the queue byte budget of ' .. budget)
+               ' bytes exceeds the queue byte budget of ' .. maxb)
     else
       -- A push that completes a round of a coordinated queue is taken even
       -- over the budget: the round's other batches wait in stage and only a
@@ -119,7 +124,7 @@ for k = 1, n do
       local staged = ranks > 0 and redis.call('LLEN', stage) or 0
       local completes = ranks > 0 and staged + 1 >= ranks
       local begun = staged > 0 and open ~= nil and tonumber(le) == open
-      if not (completes or begun) and (count + 1 > maxn or used + size > maxb) then
+      if not (completes or begun) and not has_room(count, used, size, maxn, maxb, ahead) then
         full = true
         out[k] = 0
       else

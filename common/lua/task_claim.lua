@@ -19,8 +19,9 @@ local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs', 'twaiting',
 local waiting = tonumber(st[4] or '0')
 if ARGV[3] == '1' and waiting > 0 then
   local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes')
-  if redis.call('HLEN', pre .. 'dlv') >= tonumber(m[1]) or
-     tonumber(redis.call('GET', pre .. 'bytes') or '0') >= tonumber(m[2]) then
+  if not has_room(redis.call('HLEN', pre .. 'dlv'),
+                  tonumber(redis.call('GET', pre .. 'bytes') or '0'), 1,
+                  tonumber(m[1]), tonumber(m[2]), false) then
     return {'full'}
   end
 end

@@ -1,6 +1,8 @@
-/* Manifest parsing and task definitions (manifest.h). */
+/* Manifest parsing (manifest.h); task definitions are encoded by the
+ * codec of common/src/taskdef.c. */
 #include "manifest.h"
 #include "reader.h"
+#include "taskdef.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -319,79 +321,6 @@ sluice_err sluicei_manifest_parse(const char *file, sluicei_shard **out, size_t 
 
 char *sluicei_shard_encode(const sluicei_shard *s)
 {
-    size_t len = strlen(s->reader) + 2 * 21 + 3;
-    for (size_t i = 0; i < s->npaths; i++) {
-        if (strchr(s->paths[i], '\t'))
-            return NULL;
-        len += strlen(s->paths[i]) + 1;
-    }
-    char *out = malloc(len);
-    if (!out)
-        return NULL;
-    size_t at = (size_t)snprintf(out, len, "%s\t%" PRIu64 "\t", s->reader, s->start);
-    if (s->end != UINT64_MAX)
-        at += (size_t)snprintf(out + at, len - at, "%" PRIu64, s->end);
-    for (size_t i = 0; i < s->npaths; i++)
-        at += (size_t)snprintf(out + at, len - at, "\t%s", s->paths[i]);
-    return out;
-}
-
-sluice_err sluicei_shard_decode(const char *s, size_t len, sluicei_shard *out, char *err,
-                                size_t errlen)
-{
-    memset(out, 0, sizeof *out);
-    if (memchr(s, '\0', len)) {
-        snprintf(err, errlen, "task definition holds a NUL byte");
-        return SLUICE_ERR_INVALID;
-    }
-    size_t nfields = 1;
-    for (size_t i = 0; i < len; i++)
-        nfields += s[i] == '\t';
-    if (nfields < 4) {
-        snprintf(err, errlen, "task definition has %zu fields (want READER START END PATH...)",
-                 nfields);
-        return SLUICE_ERR_INVALID;
-    }
-    out->paths = calloc(nfields - 3, sizeof *out->paths);
-    if (!out->paths)
-        goto nomem;
-    const char *p = s, *stop = s + len;
-    for (size_t f = 0; f < nfields; f++) {
-        const char *tab = memchr(p, '\t', (size_t)(stop - p));
-        size_t flen = (size_t)((tab ? tab : stop) - p);
-        if (f == 0) {
-            if (!(out->reader = strndup(p, flen)))
-                goto nomem;
-        } else if (f == 1) {
-            if (parse_u64(p, flen, &out->start) != 0)
-                goto bad;
-        } else if (f == 2) {
-            out->end = UINT64_MAX;
-            if (flen && parse_u64(p, flen, &out->end) != 0)
-                goto bad;
-        } else {
-            if (flen == 0)
-                goto bad;
-            if (!(out->paths[out->npaths] = strndup(p, flen)))
-                goto nomem;
-            out->npaths++;
-        }
-        p = tab ? tab + 1 : stop;
-    }
-    if (out->start > out->end)
-        goto bad;
-    sluice_err e = sluicei_reader_check(out->reader, out->npaths, NULL, err, errlen);
-    if (e != SLUICE_OK) {
-        sluicei_shard_clear(out);
-        return e;
-    }
-    return SLUICE_OK;
-bad:
-    snprintf(err, errlen, "malformed task definition '%.*s'", len > 200 ? 200 : (int)len, s);
-    sluicei_shard_clear(out);
-    return SLUICE_ERR_INVALID;
-nomem:
-    snprintf(err, errlen, "out of memory");
-    sluicei_shard_clear(out);
-    return SLUICE_ERR_NOMEM;
+    return sluicei_taskdef_encode(s->reader, (const char *const *)s->paths, s->npaths, s->start,
+                                  s->end);
 }

@@ -61,19 +61,10 @@ void sluicei_shards_free(sluicei_shard *s, size_t n);
 /* Frees what one shard owns (not the struct). NULL is a no-op. */
 void sluicei_shard_clear(sluicei_shard *s);
 
-/* The task definition stored in Redis (the job's taskdef):
- *     READER \t START \t END \t PATH1 \t PATH2 ...
- * START and END decimal, END empty when it is UINT64_MAX. Returns a
- * malloc'd NUL-terminated string owned by the caller, NULL when out of
- * memory. */
+/* The task definition stored in Redis (the job's taskdef) of shard s:
+ * sluicei_taskdef_encode() (common/src/taskdef.h, which also decodes it).
+ * Returns a malloc'd NUL-terminated string owned by the caller, NULL when
+ * a path holds a tab or out of memory. */
 char *sluicei_shard_encode(const sluicei_shard *s);
-
-/* Parses s[0..len) as written by sluicei_shard_encode() into *out (the
- * caller frees it with sluicei_shard_clear()). Checks the reader name and
- * path count (sluicei_reader_check()), but not that the paths exist. On
- * failure *out is zeroed and err says why (SLUICE_ERR_INVALID,
- * SLUICE_ERR_NOMEM). */
-sluice_err sluicei_shard_decode(const char *s, size_t len, sluicei_shard *out, char *err,
-                                size_t errlen);
 
 #endif

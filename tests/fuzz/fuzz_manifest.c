@@ -1,8 +1,11 @@
 /* libFuzzer target: the manifest parser and the task definitions stored in
- * Redis. A manifest that parses must survive encode → decode unchanged; a
- * task definition read back from Redis (any bytes) must decode or fail
- * cleanly. The manifest may name the files "a" (4 lines) and "b" beside it. */
+ * Redis (the codec of common/src/taskdef.c). A manifest that parses must
+ * survive encode → decode unchanged; a task definition read back from
+ * Redis (any bytes) must decode or fail cleanly, and what decodes must
+ * survive encode → decode unchanged too. The manifest
+ * may name the files "a" (4 lines) and "b" beside it. */
 #include "manifest.h"
+#include "taskdef.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -59,24 +62,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (sluicei_manifest_parse(path, &s, &n, err, sizeof err) == SLUICE_OK) {
         for (size_t i = 0; i < n; i++) {
             char *d = sluicei_shard_encode(&s[i]);
-            sluicei_shard o;
-            if (!d || sluicei_shard_decode(d, strlen(d), &o, err, sizeof err) != SLUICE_OK)
+            sluicei_taskdef *o;
+            if (!d || sluicei_taskdef_decode(d, strlen(d), &o, err, sizeof err) != SLUICE_OK)
                 abort();
-            if (o.start != s[i].start || o.end != s[i].end || o.npaths != s[i].npaths ||
-                strcmp(o.reader, s[i].reader) != 0)
+            if (o->start != s[i].start || o->end != s[i].end || o->npaths != s[i].npaths ||
+                strcmp(o->reader, s[i].reader) != 0)
                 abort();
-            for (size_t k = 0; k < o.npaths; k++)
-                if (strcmp(o.paths[k], s[i].paths[k]) != 0)
+            for (size_t k = 0; k < o->npaths; k++)
+                if (strcmp(o->paths[k], s[i].paths[k]) != 0)
                     abort();
-            sluicei_shard_clear(&o);
+            free(o);
             free(d);
         }
         sluicei_shards_free(s, n);
     } else if (err[0] == '\0') {
         abort();
     }
-    sluicei_shard o;
-    if (sluicei_shard_decode((const char *)data, size, &o, err, sizeof err) == SLUICE_OK)
-        sluicei_shard_clear(&o);
+    sluicei_taskdef *o;
+    if (sluicei_taskdef_decode((const char *)data, size, &o, err, sizeof err) == SLUICE_OK) {
+        char *d = sluicei_taskdef_encode(o->reader, o->paths, o->npaths, o->start, o->end);
+        sluicei_taskdef *o2;
+        if (!d || sluicei_taskdef_decode(d, strlen(d), &o2, err, sizeof err) != SLUICE_OK)
+            abort();
+        if (o2->start != o->start || o2->end != o->end || o2->npaths != o->npaths ||
+            strcmp(o2->reader, o->reader) != 0)
+            abort();
+        for (size_t k = 0; k < o->npaths; k++)
+            if (strcmp(o2->paths[k], o->paths[k]) != 0)
+                abort();
+        free(o2);
+        free(d);
+        free(o);
+    } else if (o != NULL || err[0] == '\0') {
+        abort();
+    }
     return 0;
 }
