@@ -68,4 +68,12 @@ PYEOF
         { echo "sluice-ctl script $name is not common/lua/$name.lua with its helpers expanded"; bad=$((bad + 1)); }
 done
 ((bad == 0)) || fail "$bad script blocks of docs/PROTOCOL.md do not match the code"
+
+# The room rule is one function: push.lua, which runs without lib.lua (a
+# client may take it from the doc as it is), holds has_room word for word.
+fn() { awk '/^local function has_room\(/ {on = 1} on {print} on && /^end$/ {exit}' "$1"; }
+lib_room=$(fn "$ROOT/common/lua/lib.lua")
+[[ -n $lib_room ]] || fail "no has_room in common/lua/lib.lua"
+[[ $(fn "$ROOT/common/lua/push.lua") == "$lib_room" ]] ||
+    fail "push.lua's has_room differs from lib.lua's: the room rule must be the same"
 echo "ok: ${#names[@]} script blocks of docs/PROTOCOL.md match common/lua and sluice-ctl"
