@@ -112,6 +112,8 @@ typedef struct ctl_fields {
 /* field's value, or NULL; its value as a number (0 when absent). */
 const char *ctl_fields_get(const ctl_fields *h, const char *name);
 long long ctl_fields_num(const ctl_fields *h, const char *name);
+/* field's value, or dflt when absent. */
+const char *ctl_fields_or(const ctl_fields *h, const char *name, const char *dflt);
 
 typedef struct epoch_info {
     long long ready, pushed, acked, dropped, padded, failed_tasks, finished;

@@ -107,11 +107,11 @@ static void print_info(const qview *v)
     printf("queue: %s\n", in->q);
     if (v->partitions)
         printf("partitions: %d\n", v->partitions);
-    printf("max_batches: %s\n", ctl_fields_get(&in->meta, "max_batches") ? ctl_fields_get(&in->meta, "max_batches") : "0");
-    printf("max_bytes: %s\n", ctl_fields_get(&in->meta, "max_bytes") ? ctl_fields_get(&in->meta, "max_bytes") : "0");
+    printf("max_batches: %s\n", ctl_fields_or(&in->meta, "max_batches", "0"));
+    printf("max_bytes: %s\n", ctl_fields_or(&in->meta, "max_bytes", "0"));
     if (in->ranks > 0)
         printf("coordinated: %lld ranks, remainder %s\n", in->ranks,
-               ctl_fields_get(&in->meta, "remainder") ? ctl_fields_get(&in->meta, "remainder") : "drop");
+               ctl_fields_or(&in->meta, "remainder", "drop"));
     printf("lease_ms: %lld\n", in->lease_ms);
     printf("max_deliveries: %lld\n", ctl_fields_num(&in->meta, "max_deliveries"));
     printf("batches: %lld\n", in->held);
@@ -324,7 +324,8 @@ int dead_run(ctl *x, const char *action)
             long long size = 0, ms = -1;
             int off = 0;
             const char *reason = "";
-            if (r->type == REDIS_REPLY_STRING && sscanf(r->str, "%lld %lld %n", &size, &ms, &off) == 2)
+            if (r->type == REDIS_REPLY_STRING &&
+                sscanf(r->str, "%lld %lld %n", &size, &ms, &off) == 2)
                 reason = r->str + off;
             char when[40];
             ctl_iso_time(ms, when, sizeof when);

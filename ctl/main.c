@@ -216,8 +216,8 @@ int main(int argc, char **argv)
             return SLUICEI_EXIT_USAGE;
         /* A job of one partition alone would leave the others without. */
         if (strchr(q, '#'))
-            return sluicei_usage_error("submit: '%s' is a partition; submit to its queue (the name "
-                               "before '#')", q);
+            return sluicei_usage_error("submit: '%s' is a partition; submit to its queue (the "
+                                       "name before '#')", q);
     } else {
         for (; optind < argc; optind++) {
             const char *a = argv[optind];
@@ -226,7 +226,8 @@ int main(int argc, char **argv)
                 json = 1;
             } else if (!strcmp(cmd, "dead") && (!strcmp(a, "--requeue") || !strcmp(a, "--purge"))) {
                 if (dead_action)
-                    return sluicei_usage_error("%s", "dead: --requeue and --purge exclude each other");
+                    return sluicei_usage_error("%s", "dead: --requeue and --purge exclude each "
+                                               "other");
                 dead_action = a + 2;
             } else {
                 return sluicei_usage_error("unexpected argument '%s'", a);
@@ -267,7 +268,8 @@ int main(int argc, char **argv)
     if (e != SLUICE_OK)
         fprintf(stderr, "sluice-ctl: %s\n", err);
     else if (strcmp(cmd, "create") == 0)
-        rc = ctl_set_partitions(&x, (int)co.partitions) ? SLUICEI_EXIT_RUNTIME : create_run(&x, &co);
+        rc = ctl_set_partitions(&x, (int)co.partitions) ? SLUICEI_EXIT_RUNTIME
+                                                        : create_run(&x, &co);
     else if (strcmp(cmd, "delete") == 0)
         rc = delete_run(&x);
     else if ((rc = ctl_discover(&x)) != 0)

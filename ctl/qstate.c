@@ -19,6 +19,12 @@ const char *ctl_fields_get(const ctl_fields *h, const char *name)
     return NULL;
 }
 
+const char *ctl_fields_or(const ctl_fields *h, const char *name, const char *dflt)
+{
+    const char *v = ctl_fields_get(h, name);
+    return v ? v : dflt;
+}
+
 long long ctl_fields_num(const ctl_fields *h, const char *name)
 {
     return ctl_num(ctl_fields_get(h, name));
@@ -506,22 +512,23 @@ static int merge_peers(qinfo *all, const qinfo *parts, int P, int producers)
     if (!ps)
         return -1;
     size_t n = 0;
-    if (producers) {
+    if (producers)
         all->prod = ps;
-    } else {
+    else
         all->cons = ps;
-    }
     for (int k = 0; k < P; k++) {
         const peer *kp = producers ? parts[k].prod : parts[k].cons;
         size_t kn = producers ? parts[k].nprod : parts[k].ncons;
         for (size_t i = 0; i < kn; i++) {
-            peer *p = (peer *)peer_in(all, kp[i].id, producers);
-            if (p) {
-                if (kp[i].seen_ms > p->seen_ms)
-                    p->seen_ms = kp[i].seen_ms;
+            size_t at = 0;
+            while (at < n && strcmp(ps[at].id, kp[i].id) != 0)
+                at++;
+            if (at < n) {
+                if (kp[i].seen_ms > ps[at].seen_ms)
+                    ps[at].seen_ms = kp[i].seen_ms;
                 continue;
             }
-            p = &ps[n++];
+            peer *p = &ps[n++];
             if (producers)
                 all->nprod = n;
             else
@@ -551,8 +558,9 @@ static int merge_peers(qinfo *all, const qinfo *parts, int P, int producers)
                 return -1;
             if (!producers) {
                 p->pending += x->pending;
-                if (ctl_fields_get(&x->stats, "epoch") && ctl_fields_num(&x->stats, "epoch") > epoch)
-                    epoch = ctl_fields_num(&x->stats, "epoch");
+                const char *ep = ctl_fields_get(&x->stats, "epoch");
+                if (ep && ctl_num(ep) > epoch)
+                    epoch = ctl_num(ep);
             }
         }
         if (!producers)

@@ -170,8 +170,9 @@ static int hist_update(stat_hist *h, const qinfo *in, int64_t t_ms)
                          ctl_fields_num(&ps[i].stats, "blocked_us"), in->lease_ms);
         }
     }
-    long long pushed = ctl_fields_num(&in->stats, "pushed"), acked = ctl_fields_num(&in->stats, "acked");
-    long long pb = ctl_fields_num(&in->stats, "pushed_bytes"), ab = ctl_fields_num(&in->stats, "acked_bytes");
+    const ctl_fields *st = &in->stats;
+    long long pushed = ctl_fields_num(st, "pushed"), acked = ctl_fields_num(st, "acked");
+    long long pb = ctl_fields_num(st, "pushed_bytes"), ab = ctl_fields_num(st, "acked_bytes");
     int64_t dt = h->have ? t_ms - h->t_ms : 0;
     h->push_rate = rate(pushed, h->pushed, dt);
     h->ack_rate = rate(acked, h->acked, dt);
@@ -245,9 +246,10 @@ static void stat_peers_text(FILE *f, const qinfo *in, const stat_hist *h, int pr
 {
     const peer *ps = producer ? in->prod : in->cons;
     size_t n = producer ? in->nprod : in->ncons;
-    fprintf(f, "%s  %zu alive", producer ? "producers" : "consumers", qstate_alive(ps, n, in->lease_ms));
-    if (n > qstate_alive(ps, n, in->lease_ms))
-        fprintf(f, ", %zu silent", n - qstate_alive(ps, n, in->lease_ms));
+    size_t alive = qstate_alive(ps, n, in->lease_ms);
+    fprintf(f, "%s  %zu alive", producer ? "producers" : "consumers", alive);
+    if (n > alive)
+        fprintf(f, ", %zu silent", n - alive);
     fputc('\n', f);
     for (size_t i = 0; i < n; i++) {
         const peer *p = &ps[i];
@@ -266,15 +268,16 @@ static void stat_peers_text(FILE *f, const qinfo *in, const stat_hist *h, int pr
         if (producer) {
             fprintf(f, "  task %s", p->extra ? p->extra : "-");
             fprintf(f, "  batches %lld  %s  backpressure %.1f s%s  tasks %lld done, %lld failed",
-                    ctl_fields_num(s, "batches"), bytes, blocked, share, ctl_fields_num(s, "tasks_done"),
-                    ctl_fields_num(s, "tasks_failed"));
+                    ctl_fields_num(s, "batches"), bytes, blocked, share,
+                    ctl_fields_num(s, "tasks_done"), ctl_fields_num(s, "tasks_failed"));
             if (ctl_fields_num(s, "duplicates"))
                 fprintf(f, "  duplicates %lld", ctl_fields_num(s, "duplicates"));
         } else {
             fprintf(f, "  epoch %lld  batches %lld  %s  blocked in next() %.1f s%s  pending %lld"
                     "  redelivered %lld  duplicates %lld  invalid %lld",
-                    ctl_fields_num(s, "epoch"), ctl_fields_num(s, "batches"), bytes, blocked, share, p->pending,
-                    ctl_fields_num(s, "redelivered"), ctl_fields_num(s, "duplicates"), ctl_fields_num(s, "invalid"));
+                    ctl_fields_num(s, "epoch"), ctl_fields_num(s, "batches"), bytes, blocked, share,
+                    p->pending, ctl_fields_num(s, "redelivered"), ctl_fields_num(s, "duplicates"),
+                    ctl_fields_num(s, "invalid"));
         }
         fputc('\n', f);
     }
@@ -366,11 +369,12 @@ static void stat_text(FILE *f, const qview *v, const stat_hist *h, const stat_op
     else
         fprintf(f, "rates      push %s (%s)  ack %s (%s)\n", r1, r2, r3, r4);
     fprintf(f, "totals     pushed %lld  acked %lld  requeued %lld  dead %lld  dup_dropped %lld\n",
-            ctl_fields_num(&in->stats, "pushed"), ctl_fields_num(&in->stats, "acked"), ctl_fields_num(&in->stats, "requeued"),
-            ctl_fields_num(&in->stats, "dead"), ctl_fields_num(&in->stats, "dup_dropped"));
+            ctl_fields_num(&in->stats, "pushed"), ctl_fields_num(&in->stats, "acked"),
+            ctl_fields_num(&in->stats, "requeued"), ctl_fields_num(&in->stats, "dead"),
+            ctl_fields_num(&in->stats, "dup_dropped"));
     if (in->ranks > 0)
         fprintf(f, "coordinated over %lld ranks, remainder %s\n", in->ranks,
-                ctl_fields_get(&in->meta, "remainder") ? ctl_fields_get(&in->meta, "remainder") : "drop");
+                ctl_fields_or(&in->meta, "remainder", "drop"));
     stat_job_text(f, in);
     stat_peers_text(f, in, h, 1);
     stat_peers_text(f, in, h, 0);
