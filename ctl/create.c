@@ -44,7 +44,7 @@ static int parse_amount(const char *s, int size, uint64_t *out)
 /* Reads create's flags. Returns 0 or SLUICEI_EXIT_USAGE (printed). */
 static int parse_flags(int argc, char **argv, create_opts *o, const char **given)
 {
-    *o = (create_opts){.remainder = "drop", .lease_ms = CTL_LEASE_MS_DEFAULT, .max_deliveries = 3};
+    *o = (create_opts){.remainder = "drop", .lease_ms = SLUICE_LEASE_MS_DEFAULT, .max_deliveries = 3};
     for (int i = 0; i < argc; i++) {
         const char *val;
         int got;

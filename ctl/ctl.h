@@ -18,11 +18,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* A queue's consumer lease when create is not given --lease-ms, and what
- * an older queue without the lease_ms field has. (To move to the one
- * place for defaults that common/src/proto.h will get.) */
-#define CTL_LEASE_MS_DEFAULT 10000
-
 /* Longest partition name: SLUICE_MAX_QUEUE_NAME and "#1023". */
 #define PART_NAME_MAX (SLUICE_MAX_QUEUE_NAME + 8)
 

@@ -449,7 +449,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
 
     in->ranks = hnum(h[H_META], "ranks");
     in->lease_ms = hget(h[H_META], "lease_ms") ? hnum(h[H_META], "lease_ms")
-                                                : CTL_LEASE_MS_DEFAULT;
+                                                : SLUICE_LEASE_MS_DEFAULT;
     in->max_batches = hnum(h[H_META], "max_batches");
     in->max_bytes = hnum(h[H_META], "max_bytes");
     in->waiting = hnum(h[H_JOB], "twaiting");

@@ -5,8 +5,8 @@
 # (--interval-ms=...), metrics (--addr=... --interval-ms=...) and --redis=.
 # A bad value is still a usage error (exit 2) whose message names the flag,
 # written either way; zero stays refused where it is refused.
-# shellcheck source=tests/integration/_lib.sh
-. "$(dirname "$0")/_lib.sh"
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl
 
 redis_tmp_start
