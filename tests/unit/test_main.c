@@ -7,6 +7,9 @@
 
 int test_failures;
 
+/* Suites whose files test.h does not name yet. */
+extern const struct test idset_tests[];
+
 #define PASSWORD_ENV "SLUICE_REDIS_PASSWORD"
 static char *saved_password;
 
@@ -34,7 +37,7 @@ void test_env_restore(void)
 int main(int argc, char **argv)
 {
     const struct test *suites[] = {wire_tests, url_tests, proto_tests, reader_tests,
-                                   manifest_tests, cluster_tests};
+                                   manifest_tests, cluster_tests, idset_tests};
     const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0;
     for (size_t s = 0; s < sizeof suites / sizeof suites[0]; s++) {
