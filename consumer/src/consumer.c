@@ -170,6 +170,18 @@ void consumer_free(sluice_consumer *c)
     free(c->unconf);
     free(c->recover);
     free(c->ring);
+    while (c->req_pool) {
+        req *q = c->req_pool;
+        c->req_pool = q->next_free;
+        free(q->ids);
+        free(q);
+    }
+    free(c->script_av);
+    free(c->script_al);
+    free(c->ack_num);
+    free(c->ack_argv);
+    free(c->fetch_keys);
+    free(c->fetch_av);
     free(c);
 }
 

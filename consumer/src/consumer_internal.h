@@ -54,6 +54,8 @@
  * are kept, so memory stays bounded on a queue without epochs. */
 #define DUP_GEN_MAX 65536
 #define LEASE_DEFAULT_MS 10000
+/* Spare requests a consumer keeps for its next commands (send.c). */
+#define REQ_POOL_MAX 256
 /* Released batches whose acks wait for a busy loop before it is woken. */
 #define ACK_WAKE_MAX 64
 /* Batches acknowledged by one ack script call. */
@@ -142,6 +144,8 @@ typedef struct req {
     char id[RID_MAX];  /* R_SETUP: the step's name */
     struct idbuf *ids; /* R_ACK: the ids acknowledged (owned) */
     size_t nids;
+    size_t ids_cap;    /* ids has room for this many (kept when the req is reused) */
+    struct req *next_free;   /* in the consumer's pool of spare requests */
 } req;
 
 struct sluice_consumer {
@@ -265,6 +269,22 @@ struct sluice_consumer {
                                   no more than the node has connected (ROLE) */
     int unblock_sent, requeue_sent;
     int64_t close_deadline_ms; /* set once the loop saw close(): it is closing */
+    /* Kept between commands so that the steady state allocates nothing of
+     * its own (send.c, fetch.c): spare requests, and the argument arrays
+     * of the last scripts, acks and GETs, each grown to the largest yet.
+     * Each is used within one call only: hiredis formats a command before
+     * redisAsyncCommandArgv() returns. */
+    req *req_pool;
+    int req_pooled;
+    const char **script_av;
+    size_t *script_al;
+    size_t script_av_cap, script_al_cap;
+    char (*ack_num)[3][24];    /* ACK_BATCH_MAX entries: epoch, task and seq of each */
+    const char **ack_argv;     /* 1 + 4 * ACK_BATCH_MAX entries */
+    char *fetch_keys;          /* the keys of one GET or MGET, back to back */
+    size_t fetch_keys_cap;
+    const char **fetch_av;
+    size_t fetch_av_cap;
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -339,7 +359,7 @@ void session_hand_flush(sluice_consumer *c);
 
 /* ---- send.c: commands and scripts ------------------------------------- */
 
-req *send_req_new(int kind, int item);
+req *send_req_new(sluice_consumer *c, int kind, int item);
 void send_req_free(req *q);
 int send_argv(sluice_consumer *c, int conn, req *q, int in_op, int argc, const char **argv,
               const size_t *lens);

@@ -19,27 +19,23 @@ int fetch_items(sluice_consumer *c, int from, int n)
         size_t total = 0;
         for (int i = 0; i < k; i++)
             total += plen + strlen(c->items[from + i].rid) + 1;
-        char *keys = malloc(total);
-        const char **av = malloc((size_t)(k + 1) * sizeof *av);
-        req *q = send_req_new(R_FRAME, from);
-        if (!keys || !av || !q) {
-            free(keys);
-            free(av);
+        req *q = send_req_new(c, R_FRAME, from);
+        if (grow((void **)&c->fetch_keys, &c->fetch_keys_cap, total, 1) ||
+            grow((void **)&c->fetch_av, &c->fetch_av_cap, (size_t)k + 1, sizeof *c->fetch_av) ||
+            !q) {
             send_req_free(q);
             session_fail(c, "out of memory");
             return -1;
         }
         q->nitems = k;
+        const char **av = c->fetch_av;
+        char *kp = c->fetch_keys;
         av[0] = k == 1 ? "GET" : "MGET";
-        char *kp = keys;
         for (int i = 0; i < k; i++) {
             av[1 + i] = kp;
             kp += sprintf(kp, "%s%s", c->k_frame, c->items[from + i].rid) + 1;
         }
-        int rc = send_argv(c, CONN_DATA, q, 1, k + 1, av, NULL);
-        free(keys);
-        free(av);
-        if (rc != 0)
+        if (send_argv(c, CONN_DATA, q, 1, k + 1, av, NULL) != 0)
             return -1;
         from += k;
         n -= k;
@@ -67,7 +63,7 @@ int fetch_ack(sluice_consumer *c, int n)
 /* The claim script's ARGV for id (a NUL-free string) taken from the list
  * of epoch ep; bufs holds the numbers. */
 void fetch_claim_args(sluice_consumer *c, const char *id, uint32_t ep, char epbuf[16],
-                       const char *argv[6])
+                      const char *argv[6])
 {
     snprintf(epbuf, 16, "%" PRIu32, ep);
     argv[0] = c->id;
@@ -86,7 +82,8 @@ void fetch_take(sluice_consumer *c, int room)
     c->items[0].dlv = room;   /* read back by handle_take before it is overwritten */
     const char *argv[6] = {c->id, c->tok, c->registered ? "0" : "1", n, ep, c->rank_s};
     c->op = OP_TAKE;
-    if (send_script(c, CONN_DATA, send_req_new(R_TAKE, -1), 1, SLUICEI_SCRIPT_TAKE, 6, argv) == 0)
+    req *q = send_req_new(c, R_TAKE, -1);
+    if (send_script(c, CONN_DATA, q, 1, SLUICEI_SCRIPT_TAKE, 6, argv) == 0)
         send_wait(c);
 }
 
@@ -112,6 +109,6 @@ void fetch_blmove(sluice_consumer *c)
     sluicei_key(src, c->queue, name);
     const char *av[6] = {"BLMOVE", src, c->k_pending, "RIGHT", "LEFT", c->block_arg};
     c->op = OP_BLMOVE;
-    if (send_argv(c, CONN_DATA, send_req_new(R_BLMOVE, -1), 1, 6, av, NULL) == 0)
+    if (send_argv(c, CONN_DATA, send_req_new(c, R_BLMOVE, -1), 1, 6, av, NULL) == 0)
         send_wait(c);
 }

@@ -100,9 +100,9 @@ static int reached_marker(sluice_consumer *c)
     sluicei_key(k_estats, c->queue, "estats");
     const char *av[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
     const char *ef[3] = {"HGET", k_estats, field};
-    if (send_argv(c, CONN_DATA, send_req_new(R_JOB, -1), 1, 4, av, NULL) != 0)
+    if (send_argv(c, CONN_DATA, send_req_new(c, R_JOB, -1), 1, 4, av, NULL) != 0)
         return -1;
-    return send_argv(c, CONN_DATA, send_req_new(R_EFAILED, -1), 1, 3, ef, NULL);
+    return send_argv(c, CONN_DATA, send_req_new(c, R_EFAILED, -1), 1, 3, ef, NULL);
 }
 
 /* The end of the loop's epoch is known: next() may return it. */
@@ -219,7 +219,7 @@ static void handle_blmove(sluice_consumer *c, redisReply *r)
         char mk[RID_MAX];
         copy_id(mk, r->str, r->len);
         fetch_claim_args(c, mk, c->loop_epoch, ep, argv);
-        req *q = send_req_new(R_CLAIM, -1);
+        req *q = send_req_new(c, R_CLAIM, -1);
         if (q)
             q->nitems = 1;   /* a marker */
         if (send_script(c, CONN_DATA, q, 1, SLUICEI_SCRIPT_CLAIM, 6, argv) == 0)
@@ -231,7 +231,7 @@ static void handle_blmove(sluice_consumer *c, redisReply *r)
     if (n == 0)
         return;
     fetch_claim_args(c, c->items[0].rid, c->loop_epoch, ep, argv);
-    req *q = send_req_new(R_CLAIM, 0);
+    req *q = send_req_new(c, R_CLAIM, 0);
     if (send_script(c, CONN_DATA, q, 1, SLUICEI_SCRIPT_CLAIM, 6, argv) == 0 &&
         send_wait(c) == 0 && fetch_items(c, 0, 1) == 0)
         fetch_ack(c, 1);
@@ -337,7 +337,7 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
             char key[SLUICE_MAX_KEY + RID_MAX];
             snprintf(key, sizeof key, "%s%s", c->k_frame, it->rid);
             const char *av[3] = {"PEXPIREAT", key, SLUICEI_HANDED_AT};
-            send_argv(c, CONN_DATA, send_req_new(R_MARK, -1), 1, 3, av, NULL);
+            send_argv(c, CONN_DATA, send_req_new(c, R_MARK, -1), 1, 3, av, NULL);
         } else {
             send_acks(c, CONN_DATA, R_ACK_QUIET, 1, it->rid, RID_MAX, 1);
         }
@@ -418,7 +418,7 @@ static void handle_efailed(sluice_consumer *c, redisReply *r)
     char k_failed[SLUICE_MAX_KEY];
     sluicei_key(k_failed, c->queue, "failed");
     const char *av[4] = {"LRANGE", k_failed, "0", "9999"};
-    send_argv(c, CONN_DATA, send_req_new(R_FAILED, -1), 1, 4, av, NULL);
+    send_argv(c, CONN_DATA, send_req_new(c, R_FAILED, -1), 1, 4, av, NULL);
 }
 
 /* The tasks that failed, of every epoch: up to 8 of the marker's epoch
@@ -430,8 +430,8 @@ static void handle_failed(sluice_consumer *c, redisReply *r)
         return;
     char pfx[16];
     int pl = snprintf(pfx, sizeof pfx, "%" PRIu32 ":", c->mk_epoch);
-    req *q = send_req_new(R_TERR, -1);
-    if (q && !(q->ids = calloc(FAILED_NAMED, sizeof *q->ids))) {
+    req *q = send_req_new(c, R_TERR, -1);
+    if (q && grow((void **)&q->ids, &q->ids_cap, FAILED_NAMED, sizeof *q->ids)) {
         send_req_free(q);
         q = NULL;
     }

@@ -113,7 +113,7 @@ static int pump_once(sluice_consumer *c)
             c->need_resync = 0;
             const char *av[4] = {"LRANGE", c->k_pending, "0", "-1"};
             c->op = OP_RESYNC;
-            send_argv(c, CONN_DATA, send_req_new(R_RESYNC, -1), 1, 4, av, NULL);
+            send_argv(c, CONN_DATA, send_req_new(c, R_RESYNC, -1), 1, 4, av, NULL);
         } else if (!c->stopped_at_marker && room > 0) {
             if (c->nrecover)
                 recover_fetch(c, room);
@@ -250,7 +250,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         /* As often as the heartbeat, and at once after a WAIT fell short. */
         c->next_role_ms = now + (c->lease_ms / 3 > 1 ? c->lease_ms / 3 : 1);
         const char *av[1] = {"ROLE"};
-        if (send_argv(c, CONN_CTL, send_req_new(R_ROLE, -1), 0, 1, av, NULL) == 0)
+        if (send_argv(c, CONN_CTL, send_req_new(c, R_ROLE, -1), 0, 1, av, NULL) == 0)
             c->role_inflight = 1;
     }
     if (c->ack_mode == SLUICE_ACK_EXPLICIT)

@@ -119,7 +119,8 @@ void recover_restore(sluice_consumer *c)
                 argv[k++] = b;
             }
         }
-        send_script(c, CONN_DATA, send_req_new(R_RESTORE, -1), 1, SLUICEI_SCRIPT_RESTORE, k, argv);
+        send_script(c, CONN_DATA, send_req_new(c, R_RESTORE, -1), 1, SLUICEI_SCRIPT_RESTORE, k,
+                    argv);
         calls++;
     }
     free(argv);
@@ -197,13 +198,14 @@ void recover_fetch(sluice_consumer *c, int room)
         if (sluicei_marker_parse(rid, strlen(rid), &me)) {
             /* A marker a lost BLMOVE moved: claim puts it back. */
             fetch_claim_args(c, rid, me, ep, argv);
-            send_script(c, CONN_DATA, send_req_new(R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 6, argv);
+            send_script(c, CONN_DATA, send_req_new(c, R_CLAIM, -1), 1, SLUICEI_SCRIPT_CLAIM, 6,
+                        argv);
             continue;
         }
         memcpy(c->items[n].rid, rid, RID_MAX);
         c->items[n].dlv = 1;
         fetch_claim_args(c, c->items[n].rid, c->loop_epoch, ep, argv);
-        send_script(c, CONN_DATA, send_req_new(R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 6, argv);
+        send_script(c, CONN_DATA, send_req_new(c, R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 6, argv);
         n++;
     }
     if (gen == c->gen && send_wait(c) == 0 && fetch_items(c, 0, n) == 0)
@@ -226,7 +228,7 @@ void recover_close_step(sluice_consumer *c)
             char id[24];
             snprintf(id, sizeof id, "%lld", c->data_client_id);
             const char *av[3] = {"CLIENT", "UNBLOCK", id};
-            if (send_argv(c, CONN_CTL, send_req_new(R_UNBLOCK, -1), 0, 3, av, NULL) == 0)
+            if (send_argv(c, CONN_CTL, send_req_new(c, R_UNBLOCK, -1), 0, 3, av, NULL) == 0)
                 c->unblock_sent = 1;
         }
         return;
@@ -254,7 +256,7 @@ void recover_close_step(sluice_consumer *c)
      * marks go first: one landing after the requeue would mark a batch
      * that is back in its list. */
     session_hand_flush(c);
-    if (send_script(c, CONN_DATA, send_req_new(R_REQUEUE, -1), 0, SLUICEI_SCRIPT_REQUEUE, n + 2,
+    if (send_script(c, CONN_DATA, send_req_new(c, R_REQUEUE, -1), 0, SLUICEI_SCRIPT_REQUEUE, n + 2,
                     argv) == 0)
         c->requeue_sent = 1;
     free(argv);

@@ -22,10 +22,20 @@ static int wrong_address(sluice_consumer *c, const redisReply *r)
     return 1;
 }
 
+/* Gives q back to its consumer's pool (up to REQ_POOL_MAX spare ones),
+ * else frees it. NULL is a no-op. */
 void send_req_free(req *q)
 {
-    if (q)
-        free(q->ids);
+    if (!q)
+        return;
+    sluice_consumer *c = q->c;
+    if (c->req_pooled < REQ_POOL_MAX) {
+        q->next_free = c->req_pool;
+        c->req_pool = q;
+        c->req_pooled++;
+        return;
+    }
+    free(q->ids);
     free(q);
 }
 
@@ -64,13 +74,25 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
     send_req_free(q);
 }
 
-req *send_req_new(int kind, int item)
+/* A request of c for a reply of this kind, from c's pool when it has a
+ * spare one (whose ids buffer it keeps); NULL when out of memory. */
+req *send_req_new(sluice_consumer *c, int kind, int item)
 {
-    req *q = calloc(1, sizeof *q);
+    req *q = c->req_pool;
     if (q) {
-        q->kind = kind;
-        q->item = item;
+        idbuf *ids = q->ids;
+        size_t cap = q->ids_cap;
+        c->req_pool = q->next_free;
+        c->req_pooled--;
+        memset(q, 0, sizeof *q);
+        q->ids = ids;
+        q->ids_cap = cap;
+    } else if (!(q = calloc(1, sizeof *q))) {
+        return NULL;
     }
+    q->c = c;
+    q->kind = kind;
+    q->item = item;
     return q;
 }
 
@@ -78,7 +100,7 @@ req *send_req_new(int kind, int item)
  * a failed allocation) is owned by the call. Returns -1 when the session
  * ended (the caller stops what it was doing). */
 int send_argv(sluice_consumer *c, int conn, req *q, int in_op, int argc, const char **argv,
-                     const size_t *lens)
+              const size_t *lens)
 {
     redisAsyncContext *ac = c->ac[conn];
     if (!q) {
@@ -111,21 +133,17 @@ int send_argv(sluice_consumer *c, int conn, req *q, int in_op, int argc, const c
 
 /* EVALSHA of script s on the queue with the given ARGV. */
 int send_script(sluice_consumer *c, int conn, req *q, int in_op, sluicei_script_id s,
-                       int argc, const char **argv)
+                int argc, const char **argv)
 {
-    const char *sav[40], **av = sav;
-    size_t sal[40], *al = sal;
-    if (argc + 4 > 40) {
-        av = malloc((size_t)(argc + 4) * sizeof *av);
-        al = malloc((size_t)(argc + 4) * sizeof *al);
-        if (!av || !al) {
-            free(av == sav ? NULL : av);
-            free(al == sal ? NULL : al);
-            send_req_free(q);
-            session_fail(c, "out of memory");
-            return -1;
-        }
+    size_t need = (size_t)argc + 4;
+    if (grow((void **)&c->script_av, &c->script_av_cap, need, sizeof *c->script_av) ||
+        grow((void **)&c->script_al, &c->script_al_cap, need, sizeof *c->script_al)) {
+        send_req_free(q);
+        session_fail(c, "out of memory");
+        return -1;
     }
+    const char **av = c->script_av;
+    size_t *al = c->script_al;
     av[0] = "EVALSHA";
     av[1] = c->sha[s];
     av[2] = "1";
@@ -134,12 +152,7 @@ int send_script(sluice_consumer *c, int conn, req *q, int in_op, sluicei_script_
         av[4 + i] = argv[i];
     for (int i = 0; i < argc + 4; i++)
         al[i] = strlen(av[i]);
-    int rc = send_argv(c, conn, q, in_op, argc + 4, av, al);
-    if (av != sav) {
-        free(av);
-        free(al);
-    }
-    return rc;
+    return send_argv(c, conn, q, in_op, argc + 4, av, al);
 }
 
 /* The ack script's epoch, task and seq for a Redis id; -1 when its batch
@@ -163,10 +176,14 @@ static int ack_fields(const char *rid, char ep[16], char tk[24], char sq[16])
  * An R_ACK request keeps a copy of its ids for recover_confirm_ack(). Returns -1
  * when the session ended. */
 int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const char *base,
-                     size_t stride, size_t n)
+              size_t stride, size_t n)
 {
-    char (*num)[3][24] = malloc(ACK_BATCH_MAX * sizeof *num);
-    const char **argv = malloc((1 + 4 * ACK_BATCH_MAX) * sizeof *argv);
+    if (!c->ack_num)
+        c->ack_num = malloc(ACK_BATCH_MAX * sizeof *c->ack_num);
+    if (!c->ack_argv)
+        c->ack_argv = malloc((1 + 4 * ACK_BATCH_MAX) * sizeof *c->ack_argv);
+    char (*num)[3][24] = c->ack_num;
+    const char **argv = c->ack_argv;
     int rc = 0;
     if (!num || !argv) {
         session_fail(c, "out of memory");
@@ -187,10 +204,9 @@ int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const char *bas
         }
         if (k == 0)
             continue;
-        req *q = send_req_new(kind, -1);
+        req *q = send_req_new(c, kind, -1);
         if (q && kind == R_ACK) {
-            q->ids = malloc((i - from) * sizeof *q->ids);
-            if (!q->ids) {
+            if (grow((void **)&q->ids, &q->ids_cap, i - from, sizeof *q->ids)) {
                 send_req_free(q);
                 q = NULL;
             }
@@ -199,8 +215,6 @@ int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const char *bas
         }
         rc = send_script(c, conn, q, in_op, SLUICEI_SCRIPT_ACK, (int)(1 + 4 * k), argv);
     }
-    free(num);
-    free(argv);
     return rc;
 }
 
@@ -225,7 +239,7 @@ int send_dead(sluice_consumer *c, const char *rid, size_t len, const char *reaso
     size_t lens[7];
     for (int i = 0; i < 7; i++)
         lens[i] = i == 5 ? len : strlen(av[i]);
-    return send_argv(c, CONN_DATA, send_req_new(R_DEAD, -1), 1, 7, av, lens);
+    return send_argv(c, CONN_DATA, send_req_new(c, R_DEAD, -1), 1, 7, av, lens);
 }
 
 /* When the node has replicas to wait for: WAIT right behind a take,
@@ -242,7 +256,7 @@ int send_wait(sluice_consumer *c)
     snprintf(n, sizeof n, "%d", c->wait_now);
     snprintf(ms, sizeof ms, "%d", SLUICEI_WAIT_MS);
     const char *av[3] = {"WAIT", n, ms};
-    return send_argv(c, CONN_DATA, send_req_new(R_WAIT, -1), 1, 3, av, NULL);
+    return send_argv(c, CONN_DATA, send_req_new(c, R_WAIT, -1), 1, 3, av, NULL);
 }
 
 void send_beat(sluice_consumer *c)
@@ -267,12 +281,13 @@ void send_beat(sluice_consumer *c)
         argv[5 + 2 * i] = names[i];
         argv[6 + 2 * i] = v[i];
     }
-    if (send_script(c, CONN_CTL, send_req_new(R_BEAT, -1), 0, SLUICEI_SCRIPT_BEAT, 27, argv) == 0)
+    req *q = send_req_new(c, R_BEAT, -1);
+    if (send_script(c, CONN_CTL, q, 0, SLUICEI_SCRIPT_BEAT, 27, argv) == 0)
         c->beat_inflight = 1;
 }
 
 void send_reap(sluice_consumer *c)
 {
-    if (send_script(c, CONN_CTL, send_req_new(R_REAP, -1), 0, SLUICEI_SCRIPT_REAP, 0, NULL) == 0)
+    if (send_script(c, CONN_CTL, send_req_new(c, R_REAP, -1), 0, SLUICEI_SCRIPT_REAP, 0, NULL) == 0)
         c->reap_inflight = 1;
 }

@@ -122,7 +122,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static void send_setup(sluice_consumer *c, int conn, int argc, const char **argv, const char *step,
                        int script)
 {
-    req *q = send_req_new(strcmp(step, "CLIENT ID") == 0 ? R_CLIENT_ID : R_SETUP, -1);
+    req *q = send_req_new(c, strcmp(step, "CLIENT ID") == 0 ? R_CLIENT_ID : R_SETUP, -1);
     if (q) {
         snprintf(q->id, sizeof q->id, "%s", step);
         q->nitems = script;
