@@ -33,9 +33,10 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
     c->st.batches++;
     c->st.records += b->nrecords;
     c->st.bytes += b->frame_bytes;
-    if (b->deliveries > 1)
+    const delivery *d = delivery_of(b);
+    if (d->deliveries > 1)
         c->st.redelivered++;
-    if (b->padding)
+    if (d->padding)
         c->st.padding++;
     if (c->want_room && c->fifo_len <= c->low_water) {
         c->want_room = 0;
@@ -403,8 +404,9 @@ void sluice_batch_ack(sluice_batch *b)
 {
     if (!b)
         return;
-    sluice_consumer *c = b->consumer;
-    if (c && !b->acked) {
+    delivery *d = delivery_of(b);
+    sluice_consumer *c = d ? d->consumer : NULL;
+    if (c && !d->acked) {
         int wake = 0;
         mu_lock(c);
         for (size_t i = 0; i < c->nout; i++)
@@ -418,8 +420,22 @@ void sluice_batch_ack(sluice_batch *b)
         mu_unlock(c);
         if (wake)
             loop_wake(c);
-        b->acked = 1;
+        d->acked = 1;
     }
+}
+
+/* How a batch was delivered (batch.h); a batch the consumer did not
+ * decode (sluice_wire_decode()) counts as a first delivery, no padding. */
+uint32_t sluice_batch_deliveries(const sluice_batch *b)
+{
+    const delivery *d = delivery_of(b);
+    return d ? d->deliveries : 1;
+}
+
+int sluice_batch_is_padding(const sluice_batch *b)
+{
+    const delivery *d = delivery_of(b);
+    return d ? d->padding : 0;
 }
 
 void sluice_batch_release(sluice_batch *b)
@@ -439,8 +455,9 @@ void sluice_consumer_close(sluice_consumer *c)
      * reap): acknowledging them later would be wrong. */
     for (int k = 0; k < n; k++)
         for (size_t i = 0; i < cs[k]->nout; i++) {
-            cs[k]->out[i].b->consumer = NULL;
-            cs[k]->out[i].b->acked = 1;
+            delivery *d = delivery_of(cs[k]->out[i].b);
+            d->consumer = NULL;
+            d->acked = 1;
         }
     consumer_free(c);
 }

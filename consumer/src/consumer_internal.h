@@ -132,6 +132,22 @@ typedef struct acked_id {
     int64_t ms;             /* monotonic */
 } acked_id;
 
+/* What the consumer keeps with each batch it decodes, in the room the
+ * decoder reserves after the batch (wire.h: sluicei_batch_room). */
+typedef struct delivery {
+    struct sluice_consumer *consumer;   /* owning consumer, NULL: release() only frees */
+    uint32_t deliveries;
+    int acked;                 /* release() already sent its ack */
+    int padding;               /* delivered as padding (sluice_batch_is_padding) */
+} delivery;
+
+/* The delivery of a batch the consumer decoded; NULL for any other batch
+ * (sluice_wire_decode()'s). */
+static inline delivery *delivery_of(const sluice_batch *b)
+{
+    return sluicei_batch_room(b, sizeof(delivery));
+}
+
 typedef struct req {
     struct sluice_consumer *c;
     uint64_t gen;      /* session it belongs to; stale replies are ignored */

@@ -295,8 +295,8 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
     }
     c->frame_est = m->len;
     sluice_batch *b = NULL;
-    sluice_err e = sluicei_wire_decode(m->str, m->len, c->max_batch_bytes, freeReplyObject, m, &b,
-                                       why, sizeof why);
+    sluice_err e = sluicei_wire_decode_ext(m->str, m->len, c->max_batch_bytes, sizeof(delivery),
+                                           freeReplyObject, m, &b, why, sizeof why);
     if (e != SLUICE_OK) {
         freeReplyObject(m);
         send_dead(c, it->rid, strlen(it->rid), why);
@@ -344,11 +344,12 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
         return;
     }
     dups_add(c, it->rid);
-    b->deliveries = it->dlv > 0 && it->dlv <= UINT32_MAX ? (uint32_t)it->dlv : 1;
-    b->padding = padding;
+    delivery *d = delivery_of(b);
+    d->deliveries = it->dlv > 0 && it->dlv <= UINT32_MAX ? (uint32_t)it->dlv : 1;
+    d->padding = padding;
     /* At most once: the batch is acknowledged already; release() only frees. */
-    b->consumer = c->ack_mode == SLUICE_ACK_EXPLICIT ? c : NULL;
-    b->acked = c->ack_mode != SLUICE_ACK_EXPLICIT;
+    d->consumer = c->ack_mode == SLUICE_ACK_EXPLICIT ? c : NULL;
+    d->acked = c->ack_mode != SLUICE_ACK_EXPLICIT;
     mu_lock(c);
     slot *sl = &c->fifo[(c->fifo_head + c->fifo_len) % c->prefetch];
     sl->b = b;
