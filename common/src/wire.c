@@ -23,6 +23,7 @@
 #include <msgpack.h>
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1019,9 +1020,23 @@ static bool build_records(sluice_batch *b, const void *p, size_t len, const msgp
     return true;
 }
 
+/* Where the room reserved after a batch starts: past the struct, aligned
+ * for any type. */
+#define ROOM_AT                                                                                  \
+    ((sizeof(sluice_batch) + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) *               \
+     _Alignof(max_align_t))
+
 sluice_err sluicei_wire_decode(const void *p, size_t len, size_t max_bytes,
                                void (*frame_free)(void *), void *frame_owner, sluice_batch **out,
                                char *err, size_t errlen)
+{
+    return sluicei_wire_decode_ext(p, len, max_bytes, 0, frame_free, frame_owner, out, err,
+                                   errlen);
+}
+
+sluice_err sluicei_wire_decode_ext(const void *p, size_t len, size_t max_bytes, size_t room,
+                                   void (*frame_free)(void *), void *frame_owner,
+                                   sluice_batch **out, char *err, size_t errlen)
 {
     struct layout lo;
     *out = NULL;
@@ -1029,7 +1044,7 @@ sluice_err sluicei_wire_decode(const void *p, size_t len, size_t max_bytes,
     if (e != SLUICE_OK)
         return e;
 
-    sluice_batch *b = calloc(1, sizeof *b);
+    sluice_batch *b = calloc(1, room ? ROOM_AT + room : sizeof *b);
     msgpack_zone zone;
     if (!b || !msgpack_zone_init(&zone, 4096)) {
         free(b);
@@ -1082,9 +1097,7 @@ sluice_err sluicei_wire_decode(const void *p, size_t len, size_t max_bytes,
     b->zone = NULL;
     b->frame_free = frame_free;
     b->frame_owner = frame_owner;
-    b->deliveries = 1;
-    b->consumer = NULL;
-    b->acked = 0;
+    b->room = room;
     *out = b;
     return SLUICE_OK;
 }
@@ -1146,9 +1159,9 @@ const sluice_tensor *sluice_batch_find_tensor(const sluice_batch *b, const char 
     return NULL;
 }
 
-uint32_t sluice_batch_deliveries(const sluice_batch *b)
+void *sluicei_batch_room(const sluice_batch *b, size_t size)
 {
-    return b->deliveries;
+    return size > 0 && b->room >= size ? (void *)((const char *)b + ROOM_AT) : NULL;
 }
 
 void sluice_batch_free(sluice_batch *b)
@@ -1163,9 +1176,4 @@ void sluice_batch_free(sluice_batch *b)
     if (b->frame_free)
         b->frame_free(b->frame_owner);
     free(b);
-}
-
-int sluice_batch_is_padding(const sluice_batch *b)
-{
-    return b->padding;
 }

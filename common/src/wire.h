@@ -60,10 +60,21 @@ sluice_err sluicei_wire_decode(const void *p, size_t len, size_t max_bytes,
                                void (*frame_free)(void *), void *frame_owner,
                                sluice_batch **out, char *err, size_t errlen);
 
+/* sluicei_wire_decode(), with room bytes reserved right after the batch,
+ * zeroed, for whoever receives it to keep its own state with the batch (the
+ * consumer: how it was delivered); sluicei_batch_room() finds them, and
+ * sluice_batch_free() frees them with the batch. */
+sluice_err sluicei_wire_decode_ext(const void *p, size_t len, size_t max_bytes, size_t room,
+                                   void (*frame_free)(void *), void *frame_owner,
+                                   sluice_batch **out, char *err, size_t errlen);
+
+/* The room reserved after b (aligned for any type), or NULL when b has
+ * less than size bytes of it (a batch from sluicei_wire_decode()). */
+void *sluicei_batch_room(const sluice_batch *b, size_t size);
+
 /* sluice_wire_decode() (batch.h) is the short form: no owner, no error text. */
 
-/* The decoded batch. Fields above the line are filled by the decoder; the
- * consumer fills the ones below it. */
+/* The decoded batch, filled by the decoder. */
 struct sluice_batch {
     sluice_batch_id id;
     char producer[SLUICE_MAX_PRODUCER_ID + 1];
@@ -77,11 +88,7 @@ struct sluice_batch {
     void *zone;                /* msgpack_zone used while decoding */
     void (*frame_free)(void *);
     void *frame_owner;
-    /* ---- set by the consumer ---- */
-    uint32_t deliveries;
-    void *consumer;            /* owning consumer, NULL for a plain decode */
-    int acked;                 /* release() already sent its ack */
-    int padding;               /* delivered as padding (sluice_batch_is_padding) */
+    size_t room;               /* bytes reserved after the batch (sluicei_batch_room) */
 };
 
 #endif

@@ -36,5 +36,6 @@ extern const struct test taskdef_tests[];
 extern const struct test cluster_tests[];
 extern const struct test num_tests[];
 extern const struct test batcher_tests[];
+extern const struct test idset_tests[];
 
 #endif

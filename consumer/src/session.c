@@ -1,0 +1,348 @@
+/* Sessions: the three connections to Redis set up together (AUTH,
+ * SELECT, CLIENT ID, SCRIPT LOAD, the hand connection's probe), dropped
+ * together when any fails, and started again after a backoff with jitter;
+ * finding the queue's node again through a router; handing the hand
+ * connection's socket to next() and pushing its corked marks. */
+#include "consumer_internal.h"
+
+#include <hiredis/adapters/libevent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+static int64_t backoff_ms(sluice_consumer *c)
+{
+    int64_t d = BACKOFF_MIN_MS;
+    for (unsigned i = 0; i < c->attempt && d < BACKOFF_MAX_MS; i++)
+        d *= 2;
+    if (d > BACKOFF_MAX_MS)
+        d = BACKOFF_MAX_MS;
+    c->attempt++;
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    /* +-25% so that consumers dropped together do not come back together. */
+    return d * 3 / 4 + (int64_t)(c->rng % (uint64_t)(d / 2 + 1));
+}
+
+/* Ends the current session: both connections are dropped, replies still
+ * due are forgotten (their ids stay in pending:<cid>, the next session
+ * finds them), and a new session is scheduled. Safe inside any callback:
+ * hiredis defers freeing a context whose callback is running. */
+void session_fail(sluice_consumer *c, const char *fmt, ...)
+{
+    if (c->state == ST_DOWN)
+        return;
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+
+    c->gen++;
+    c->state = ST_DOWN;
+    /* next() stops writing to the hand socket before it is closed. */
+    mu_lock(c);
+    c->hand_fd = -1;
+    mu_unlock(c);
+    for (int i = 0; i < NCONN; i++) {
+        redisAsyncContext *ac = c->ac[i];
+        c->ac[i] = NULL;
+        c->pend[i] = 0;
+        if (ac)
+            redisAsyncFree(ac);
+    }
+    c->blocking = 0;
+    c->op = OP_NONE;
+    c->op_left = 0;
+    c->restored = 0;
+    c->unblock_sent = c->requeue_sent = 0;
+    c->beat_inflight = c->reap_inflight = c->role_inflight = 0;
+    c->oom_wait = 0;
+    evtimer_del(c->oom_ev);
+    /* A marker seen but not yet announced is seen again by the next take. */
+    if (!c->marker_published)
+        c->stopped_at_marker = 0;
+    c->nrecover = 0;
+    /* The node may have changed (failover, migrated slot, MOVED). */
+    c->resolve = c->route_addr != NULL;
+
+    mu_lock(c);
+    if (c->down_since_ms == 0)
+        c->down_since_ms = sluicei_now_ms();
+    snprintf(c->down_why, sizeof c->down_why, "%s", why);
+    int closing = c->closing, fatal = c->fatal != SLUICE_OK;
+    cv_broadcast(c);
+    mu_unlock(c);
+
+    if (fatal) {
+        if (closing)
+            event_base_loopbreak(c->base);
+        return;
+    }
+    loop_arm(c->retry_ev, closing ? BACKOFF_MIN_MS : backoff_ms(c));
+}
+
+static redisAsyncContext *conn_of(sluice_consumer *c, const redisAsyncContext *ac, int *which)
+{
+    for (int i = 0; i < NCONN; i++)
+        if (c->ac[i] == ac) {
+            *which = i;
+            return c->ac[i];
+        }
+    return NULL;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    sluice_consumer *c = ac->data;
+    int which;
+    if (status == REDIS_OK || !conn_of(c, ac, &which))
+        return;
+    /* hiredis frees a context whose connect failed. */
+    c->ac[which] = NULL;
+    session_fail(c, "redis %s: connect: %s", c->addr, ac->errstr);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    sluice_consumer *c = ac->data;
+    int which;
+    (void)status;
+    if (!conn_of(c, ac, &which))
+        return;   /* one we dropped ourselves */
+    c->ac[which] = NULL;
+    session_fail(c, "redis %s: connection lost: %s", c->addr,
+                 ac->err ? ac->errstr : "closed by the server");
+}
+
+/* A setup command; script is the script a SCRIPT LOAD loads (else -1). */
+static void send_setup(sluice_consumer *c, int conn, int argc, const char **argv, const char *step,
+                       int script)
+{
+    req *q = send_req_new(c, strcmp(step, "CLIENT ID") == 0 ? R_CLIENT_ID : R_SETUP, -1);
+    if (q) {
+        snprintf(q->id, sizeof q->id, "%s", step);
+        q->nitems = script;
+    }
+    if (send_argv(c, conn, q, 0, argc, argv, NULL) == 0)
+        c->setup_left++;
+}
+
+static const sluicei_script_id used_scripts[] = {
+    SLUICEI_SCRIPT_TAKE, SLUICEI_SCRIPT_CLAIM, SLUICEI_SCRIPT_ACK,  SLUICEI_SCRIPT_REQUEUE,
+    SLUICEI_SCRIPT_REAP, SLUICEI_SCRIPT_BEAT,  SLUICEI_SCRIPT_DEAD, SLUICEI_SCRIPT_RESTORE,
+};
+
+/* Points url at the node that serves the queue now, from a slot map read
+ * again (a router of this thread's own, opened the first time). This is a
+ * synchronous call in the loop, bounded by the connect timeout per seed;
+ * it only happens while the session is down, when the loop has nothing
+ * else to send. Returns -1 when the session failed. */
+static int resolve_node(sluice_consumer *c)
+{
+    char err[256] = "";
+    sluice_err e = SLUICE_OK;
+    int fresh = 0;
+    if (!c->router) {
+        e = sluicei_router_open(&c->router, c->route_addr, c->connect_timeout_ms,
+                                c->connect_timeout_ms, err, sizeof err);
+        if (e != SLUICE_OK)
+            c->router = NULL;
+        fresh = 1;
+    }
+    sluicei_url u;
+    memset(&u, 0, sizeof u);
+    if (e == SLUICE_OK)
+        e = sluicei_router_url(c->router, c->queue, !fresh, &u, err, sizeof err);
+    if (e != SLUICE_OK) {
+        if (e == SLUICE_ERR_AUTH)
+            loop_fatal(c, SLUICE_ERR_AUTH, "redis %s: authentication failed: %s", c->addr, err);
+        session_fail(c, "redis %s: finding the node of queue '%s': %s", c->addr, c->queue,
+                     err[0] ? err : sluice_strerror(e));
+        return -1;
+    }
+    sluicei_url_free(&c->url);
+    c->url = u;
+    sluicei_url_describe(&c->url, c->addr, sizeof c->addr);
+    c->resolve = 0;
+    return 0;
+}
+
+/* Starts a session: three non-blocking connects, and the setup commands
+ * queued behind them (hiredis sends them once connected). Scripts are
+ * loaded again every time: a restarted server has none. The hand
+ * connection proves it may set the mark (a PEXPIREAT of a key that does
+ * not exist) and then turns its replies off: from then on next() writes
+ * to it and nobody reads. */
+void session_start(sluice_consumer *c)
+{
+    c->gen++;
+    c->state = ST_CONNECTING;
+    c->conn_started_ms = sluicei_now_ms();
+    c->setup_left = 0;
+    c->data_client_id = 0;
+    /* Not while closing: reading the slot map blocks the loop for up to a
+     * connect timeout per seed, past close()'s own deadline; the last
+     * known node is tried instead. */
+    if (c->resolve && !c->close_deadline_ms && resolve_node(c) != 0)
+        return;
+    for (int i = 0; i < NCONN; i++) {
+        redisAsyncContext *ac = c->url.unix_path ? redisAsyncConnectUnix(c->url.unix_path)
+                                                 : redisAsyncConnect(c->url.host, c->url.port);
+        if (!ac) {
+            session_fail(c, "redis %s: connect: out of memory", c->addr);
+            return;
+        }
+        if (ac->err) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", ac->errstr);
+            redisAsyncFree(ac);
+            session_fail(c, "redis %s: connect: %s", c->addr, msg);
+            return;
+        }
+        ac->data = c;
+        c->ac[i] = ac;
+        if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
+            session_fail(c, "redis %s: attaching to the event loop failed", c->addr);
+            return;
+        }
+        redisAsyncSetConnectCallback(ac, on_connect);
+        redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    }
+    uint64_t gen = c->gen;
+    for (int i = 0; i < NCONN && gen == c->gen; i++) {
+        if (c->url.password) {
+            const char *a3[3] = {"AUTH", c->url.user, c->url.password};
+            const char *a2[2] = {"AUTH", c->url.password};
+            send_setup(c, i, c->url.user ? 3 : 2, c->url.user ? a3 : a2, "AUTH", -1);
+        }
+        if (c->url.db && gen == c->gen) {
+            char db[16];
+            snprintf(db, sizeof db, "%d", c->url.db);
+            const char *av[2] = {"SELECT", db};
+            send_setup(c, i, 2, av, "SELECT", -1);
+        }
+    }
+    if (gen == c->gen) {
+        const char *av[2] = {"CLIENT", "ID"};
+        send_setup(c, CONN_DATA, 2, av, "CLIENT ID", -1);
+    }
+    for (size_t i = 0; i < sizeof used_scripts / sizeof used_scripts[0] && gen == c->gen; i++) {
+        const char *av[3] = {"SCRIPT", "LOAD", sluicei_script_source(used_scripts[i])};
+        send_setup(c, CONN_CTL, 3, av, "SCRIPT LOAD", (int)used_scripts[i]);
+    }
+    if (gen == c->gen && c->ack_mode == SLUICE_ACK_EXPLICIT) {
+        char probe[SLUICE_MAX_KEY + 2];
+        snprintf(probe, sizeof probe, "%s-", c->k_frame);   /* never a batch's */
+        const char *av[3] = {"PEXPIREAT", probe, SLUICEI_HANDED_AT};
+        send_setup(c, CONN_HAND, 3, av, "PEXPIREAT", -1);
+        if (gen == c->gen &&
+            redisAsyncCommand(c->ac[CONN_HAND], NULL, NULL, "CLIENT REPLY OFF") != REDIS_OK)
+            session_fail(c, "redis %s: CLIENT REPLY OFF: out of memory", c->addr);
+    }
+}
+
+int64_t session_reap_period(sluice_consumer *c)
+{
+    int64_t half = c->lease_ms / 2 > 1 ? c->lease_ms / 2 : 1;
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    return half * 3 / 4 + (int64_t)(c->rng % (uint64_t)(half / 2 + 1));
+}
+
+/* Publishes the hand connection's socket to next(), once hiredis has
+ * written everything it queued there (CLIENT REPLY OFF the last): from
+ * then on only next() writes to it. */
+void session_publish_hand(sluice_consumer *c)
+{
+    redisAsyncContext *ac = c->ac[CONN_HAND];
+    if (c->state != ST_READY || !ac || sdslen(ac->c.obuf) > 0)
+        return;
+    mu_lock(c);
+    if (c->hand_fd < 0) {
+        c->hand_fd = ac->c.fd;
+        cv_broadcast(c);
+    }
+    mu_unlock(c);
+}
+
+/* Pushes the marks next() wrote corked to Redis now (setting TCP_NODELAY
+ * sends what a socket holds back; on a unix socket nothing is held back).
+ * The loop runs it at every pump and tick, and before a close's requeue.
+ * The push (on loopback, Redis's side of the delivery too) runs outside
+ * the mutex, so next() does not wait for it: only this thread closes the
+ * socket. */
+void session_hand_flush(sluice_consumer *c)
+{
+    mu_lock(c);
+    int fd = c->hand_dirty ? c->hand_fd : -1;
+    c->hand_dirty = 0;
+    mu_unlock(c);
+    if (fd >= 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+}
+
+static void session_ready(sluice_consumer *c)
+{
+    c->state = ST_READY;
+    c->attempt = 0;
+    mu_lock(c);
+    if (c->ever_ready)
+        c->st.reconnects++;
+    c->down_since_ms = 0;
+    c->down_why[0] = '\0';
+    int closing = c->closing;
+    cv_broadcast(c);
+    mu_unlock(c);
+    c->ever_ready = 1;
+    c->need_restore = !closing;
+    c->need_resync = !closing;
+    c->list_empty = 0;
+    if (c->ack_mode == SLUICE_ACK_EXPLICIT)
+        session_publish_hand(c);
+    /* Acks whose confirmation was lost are sent again (they are idempotent). */
+    if (c->nunconf &&
+        send_acks(c, CONN_CTL, R_ACK, 0, c->unconf[0].s, sizeof *c->unconf, c->nunconf) != 0)
+        return;
+    int64_t now = sluicei_now_ms();
+    c->next_beat_ms = now;
+    c->next_reap_ms = now + session_reap_period(c);
+    c->wait_now = c->url.wait_replicas;
+    c->next_role_ms = now;
+    loop_pump(c);
+}
+
+void session_setup_reply(sluice_consumer *c, req *q, redisReply *r)
+{
+    if (r->type == REDIS_REPLY_ERROR) {
+        const char *m = r->str;
+        if (sluicei_cluster_retryable(m, r->len)) {
+            ;   /* a node in a passing state (LOADING, CLUSTERDOWN...) */
+        } else if (starts_with(m, r->len, "NOPERM")) {
+            loop_fatal(c, SLUICE_ERR_AUTH, "redis %s: permission refused: %s: %s", c->addr, q->id,
+                       m);
+        } else if (strcmp(q->id, "AUTH") == 0 || starts_with(m, r->len, "NOAUTH") ||
+                   starts_with(m, r->len, "WRONGPASS")) {
+            loop_fatal(c, SLUICE_ERR_AUTH, "redis %s: authentication failed: %s", c->addr, m);
+        } else if (strcmp(q->id, "SELECT") == 0 && !starts_with(m, r->len, "LOADING")) {
+            loop_fatal(c, SLUICE_ERR_INVALID, "redis %s: SELECT: %s", c->addr, m);
+        }
+        /* Anything else (LOADING after a restart...) is tried again. */
+        session_fail(c, "redis %s: %s: %s", c->addr, q->id, m);
+        return;
+    }
+    if (q->kind == R_CLIENT_ID && r->type == REDIS_REPLY_INTEGER)
+        c->data_client_id = r->integer;
+    /* The SHA1s come from the node itself (open() may not have asked one). */
+    if (q->nitems >= 0 && q->nitems < SLUICEI_SCRIPT_COUNT && r->type == REDIS_REPLY_STRING &&
+        r->len == 40)
+        copy_id(c->sha[q->nitems], r->str, r->len);
+    if (--c->setup_left == 0 && c->state == ST_CONNECTING)
+        session_ready(c);
+}
