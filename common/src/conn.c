@@ -5,7 +5,7 @@
 
 #include "conn.h"
 #include "retry.h"
-#include "proto.h"
+#include "lua_scripts.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -682,6 +682,32 @@ static sluice_err setup_reply(sluicei_conn *c, redisReply *r, const char *step)
     return e;
 }
 
+sluice_err sluicei_conn_load_scripts(sluicei_conn *c)
+{
+    for (unsigned i = 0; i < sluicei_lua_count; i++) {
+        redisReply *r = NULL;
+        sluice_err e = sluicei_conn_command(c, &r, "SCRIPT LOAD %s", sluicei_lua_sources[i]);
+        if (e != SLUICE_OK) {
+            if (r) {
+                snprintf(c->errstr, sizeof c->errstr, "SCRIPT LOAD: %s", r->str);
+                freeReplyObject(r);
+            }
+            return e;
+        }
+        /* The server names a script by the SHA1 of its text, which the
+         * build computed: a different answer is not a Redis. */
+        int same = r->type == REDIS_REPLY_STRING && r->len == 40 &&
+                   memcmp(r->str, sluicei_lua_shas[i], 40) == 0;
+        freeReplyObject(r);
+        if (!same) {
+            snprintf(c->errstr, sizeof c->errstr,
+                     "SCRIPT LOAD %s: the server's SHA1 is not the script's", sluicei_lua_names[i]);
+            return SLUICE_ERR_PROTOCOL;
+        }
+    }
+    return SLUICE_OK;
+}
+
 /* One attempt: connect, AUTH, SELECT, SCRIPT LOAD. On failure c->ctx is
  * NULL and c->errstr says why; only SLUICE_ERR_IO is worth retrying. */
 static sluice_err connect_once(sluicei_conn *c, int connect_ms)
@@ -689,9 +715,6 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
     const sluicei_url *u = &c->url;
     sluice_err e;
     drop(c);
-    /* A new server (or a restarted one) has none of our scripts. */
-    for (size_t i = 0; i < sizeof c->script_sha / sizeof c->script_sha[0]; i++)
-        c->script_sha[i][0] = '\0';
 
     struct timeval tv = ms_to_tv(connect_ms);
     c->ctx = u->unix_path ? redisConnectUnixWithTimeout(u->unix_path, tv)
@@ -719,7 +742,8 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
             return e;
     }
 
-    e = sluicei_script_load(c);
+    /* A new server (or a restarted one) has none of our scripts. */
+    e = sluicei_conn_load_scripts(c);
     if (e == SLUICE_ERR_REDIS) {
         /* c->errstr is "SCRIPT LOAD: <server message>"; NOAUTH lands here
          * when the URL has no password but the server wants one. */

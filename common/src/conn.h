@@ -51,7 +51,6 @@ typedef struct sluicei_conn {
     uint64_t reconnects;      /* successful reconnections after the first connect */
     sluicei_backoff backoff;  /* between reconnect attempts (retry.h) */
     char errstr[512];         /* last failure, one line */
-    char script_sha[32][41];  /* SHA1 of each loaded script (proto.c); "" until loaded */
     /* Optional: called before every reconnect attempt to point url at the
      * node that serves the queue now (cluster.h, sluicei_router_bind());
      * it may change host, port and wait_replicas. A non-OK result counts
@@ -99,6 +98,11 @@ sluice_err sluicei_conn_read_reply(sluicei_conn *c, redisReply **out);
  * otherwise sends only when a reply is read), so that Redis works on one
  * command while the caller prepares the next. */
 sluice_err sluicei_conn_flush(sluicei_conn *c);
+
+/* SCRIPT LOAD of every script the library embeds (lua_scripts.h): what a
+ * connect and a reconnect do before anything else, and what a NOSCRIPT
+ * (the server's script cache flushed) calls for. */
+sluice_err sluicei_conn_load_scripts(sluicei_conn *c);
 
 /* Sets the socket timeout for the following commands (0: c->cmd_timeout_ms). */
 void sluicei_conn_set_timeout(sluicei_conn *c, int timeout_ms);

@@ -1,5 +1,6 @@
 /* Redis key schema and Lua scripts of a sluice queue (docs/PROTOCOL.md). */
 #include "proto.h"
+#include "lua_scripts.h"
 #include "num.h"
 
 #include <inttypes.h>
@@ -16,13 +17,16 @@
  * they grow the queue, and a refused push is backpressure. Everything that
  * drains or bookkeeps carries allow-oom, or a full Redis could never be
  * emptied. */
-extern const char *const sluicei_lua_names[SLUICEI_SCRIPT_COUNT];
-extern const char *const sluicei_lua_sources[SLUICEI_SCRIPT_COUNT];
 #define script_src sluicei_lua_sources
 
 const char *sluicei_script_source(sluicei_script_id id)
 {
     return (unsigned)id < SLUICEI_SCRIPT_COUNT ? script_src[id] : NULL;
+}
+
+const char *sluicei_script_sha(sluicei_script_id id)
+{
+    return (unsigned)id < SLUICEI_SCRIPT_COUNT ? sluicei_lua_shas[id] : NULL;
 }
 
 const char *sluicei_script_name(sluicei_script_id id)
@@ -163,25 +167,7 @@ int sluicei_marker_parse(const char *s, size_t len, uint32_t *e)
 
 sluice_err sluicei_script_load(sluicei_conn *c)
 {
-    for (int i = 0; i < SLUICEI_SCRIPT_COUNT; i++) {
-        redisReply *r = NULL;
-        sluice_err e = sluicei_conn_command(c, &r, "SCRIPT LOAD %s", script_src[i]);
-        if (e != SLUICE_OK) {
-            if (r) {
-                snprintf(c->errstr, sizeof c->errstr, "SCRIPT LOAD: %s", r->str);
-                freeReplyObject(r);
-            }
-            return e;
-        }
-        if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-            freeReplyObject(r);
-            snprintf(c->errstr, sizeof c->errstr, "SCRIPT LOAD: unexpected reply");
-            return SLUICE_ERR_PROTOCOL;
-        }
-        memcpy(c->script_sha[i], r->str, 41);
-        freeReplyObject(r);
-    }
-    return SLUICE_OK;
+    return sluicei_conn_load_scripts(c);
 }
 
 #define MAX_SCRIPT_ARGS 32
@@ -216,14 +202,8 @@ sluice_err sluicei_script_append(sluicei_conn *c, sluicei_script_id id, const ch
     const char *av[4 + MAX_SCRIPT_ARGS];
     size_t al[4 + MAX_SCRIPT_ARGS];
     char key[SLUICE_MAX_KEY];
-    const char *sha = c->script_sha[id];
-    sluice_err e;
-    if (sha[0] == '\0') {
-        e = sluicei_script_load(c);
-        if (e != SLUICE_OK)
-            return e;
-    }
-    e = build_call(c, "EVALSHA", sha, q, argc, argv, argvlen, av, al, key);
+    sluice_err e = build_call(c, "EVALSHA", sluicei_lua_shas[id], q, argc, argv, argvlen, av,
+                              al, key);
     if (e != SLUICE_OK)
         return e;
     return sluicei_conn_append_argv(c, 4 + argc, av, al);
@@ -236,10 +216,8 @@ sluice_err sluicei_script_run(sluicei_conn *c, sluicei_script_id id, const char 
     size_t al[4 + MAX_SCRIPT_ARGS];
     char key[SLUICE_MAX_KEY];
     *out = NULL;
-    int have_sha = c->script_sha[id][0] != '\0';
-    sluice_err e = build_call(c, have_sha ? "EVALSHA" : "EVAL",
-                              have_sha ? c->script_sha[id] : script_src[id], q, argc, argv,
-                              argvlen, av, al, key);
+    sluice_err e = build_call(c, "EVALSHA", sluicei_lua_shas[id], q, argc, argv, argvlen, av,
+                              al, key);
     if (e != SLUICE_OK)
         return e;
     e = sluicei_conn_commandargv(c, out, 4 + argc, av, al);
@@ -247,7 +225,6 @@ sluice_err sluicei_script_run(sluicei_conn *c, sluicei_script_id id, const char 
         /* The server lost its script cache (restart, SCRIPT FLUSH). */
         freeReplyObject(*out);
         *out = NULL;
-        c->script_sha[id][0] = '\0';
         av[0] = "EVAL";
         al[0] = 4;
         av[1] = script_src[id];

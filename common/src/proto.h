@@ -90,13 +90,15 @@ sluicei_script_id sluicei_script_by_name(const char *name);
  * EVAL on NOSCRIPT). Same reply/error contract as sluicei_conn_command(). */
 sluice_err sluicei_script_run(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,
                               const char **argv, const size_t *argvlen, redisReply **out);
-/* Appends the same call to the pipeline (EVALSHA only: needs
- * sluicei_script_load() after each connect, which sluicei_conn_open() and
- * sluicei_conn_reconnect() do). */
+/* Appends the same call to the pipeline (EVALSHA only: the scripts must be
+ * on the server, as every connect and reconnect of a sluicei_conn loads
+ * them; after a NOSCRIPT, sluicei_script_load()). */
 sluice_err sluicei_script_append(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,
                                  const char **argv, const size_t *argvlen);
-/* SCRIPT LOAD of every script (after a connect or reconnect). */
+/* SCRIPT LOAD of every script (sluicei_conn_load_scripts()). */
 sluice_err sluicei_script_load(sluicei_conn *c);
+/* The SHA1 of script id (EVALSHA's name for it), known at build time. */
+const char *sluicei_script_sha(sluicei_script_id id);
 
 /* Maps a script error reply ("NOQUEUE ...", "TOOBIG ...", "OOM ...") to a
  * sluice_err. */

@@ -415,8 +415,6 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         /* The job ended, and was drained, before this consumer came. */
         c->finished = epochs > 0 && start >= epochs;
     }
-    if (l->sc)
-        memcpy(c->sha, l->sc->script_sha, sizeof c->sha);
 out:
     if (m)
         freeReplyObject(m);

@@ -237,7 +237,6 @@ struct sluice_consumer {
     /* ---- loop thread only (after open) ---- */
     sluicei_url url;           /* of the node serving the queue */
     char addr[256];            /* its printable form, for messages */
-    char sha[SLUICEI_SCRIPT_COUNT][41];
     sluicei_router *router;    /* route_addr's, opened at the first failed session */
     int resolve;               /* the next session finds the node anew */
     struct event_base *base;

@@ -339,10 +339,15 @@ void session_setup_reply(sluice_consumer *c, req *q, redisReply *r)
     }
     if (q->kind == R_CLIENT_ID && r->type == REDIS_REPLY_INTEGER)
         c->data_client_id = r->integer;
-    /* The SHA1s come from the node itself (open() may not have asked one). */
-    if (q->nitems >= 0 && q->nitems < SLUICEI_SCRIPT_COUNT && r->type == REDIS_REPLY_STRING &&
-        r->len == 40)
-        copy_id(c->sha[q->nitems], r->str, r->len);
+    /* A script is called by the SHA1 of its text, which the build knows:
+     * a node that names it otherwise is not a Redis. */
+    if (q->nitems >= 0 && q->nitems < SLUICEI_SCRIPT_COUNT &&
+        (r->type != REDIS_REPLY_STRING || r->len != 40 ||
+         memcmp(r->str, sluicei_script_sha((sluicei_script_id)q->nitems), 40) != 0)) {
+        loop_fatal(c, SLUICE_ERR_PROTOCOL, "redis %s: SCRIPT LOAD %s: the server's SHA1 is not "
+                   "the script's", c->addr, sluicei_script_name((sluicei_script_id)q->nitems));
+        return;
+    }
     if (--c->setup_left == 0 && c->state == ST_CONNECTING)
         session_ready(c);
 }

@@ -2,6 +2,7 @@
  * No Redis needed. */
 #include "test.h"
 
+#include "lua_scripts.h"
 #include "proto.h"
 
 #include <string.h>
@@ -205,8 +206,16 @@ static void test_script_sources(void)
     }
     CHECK(sluicei_script_source(SLUICEI_SCRIPT_COUNT) == NULL);
     /* The embedded table and the enum agree (Makefile LUA_SCRIPTS). */
-    extern const unsigned sluicei_lua_count;
     CHECK(sluicei_lua_count == SLUICEI_SCRIPT_COUNT);
+    /* Each script's SHA1 was computed at build time: 40 hex digits, and
+     * no two alike (the live check against SCRIPT LOAD is in conn.c). */
+    for (int i = 0; i < SLUICEI_SCRIPT_COUNT; i++) {
+        const char *sha = sluicei_script_sha((sluicei_script_id)i);
+        CHECK(sha && strlen(sha) == 40 && strspn(sha, "0123456789abcdef") == 40);
+        for (int j = 0; j < i; j++)
+            CHECK(strcmp(sha, sluicei_script_sha((sluicei_script_id)j)) != 0);
+    }
+    CHECK(sluicei_script_sha(SLUICEI_SCRIPT_COUNT) == NULL);
     CHECK(sluicei_script_by_name("push") == SLUICEI_SCRIPT_PUSH);
     CHECK(sluicei_script_by_name("task_fail") == SLUICEI_SCRIPT_TASK_FAIL);
     CHECK(sluicei_script_by_name("nope") == SLUICEI_SCRIPT_COUNT);
