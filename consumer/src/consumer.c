@@ -428,10 +428,10 @@ out:
  * top is the group of a partition's consumer (NULL: none). With a router,
  * the queue's node comes from it, and is found again after every failed
  * session unless the router is a single server; without, c connects to
- * o->redis_url over a connection of its own first. */
+ * the one server at url over a connection of its own first. */
 static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts *o, const char *q,
-                               const char *id, sluicei_router *r, sluice_consumer *top,
-                               char *errbuf, size_t errlen)
+                               const char *id, sluicei_router *r, const sluicei_url *url,
+                               sluice_consumer *top, char *errbuf, size_t errlen)
 {
     *out = NULL;
     sluice_consumer *c = calloc(1, sizeof *c);
@@ -500,10 +500,12 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
             e = read_setup(c, o, &l, errbuf, errlen);
         }
     } else {
-        e = sluicei_url_parse(o->redis_url, &c->url, errbuf, errlen);
+        e = sluicei_url_copy(&c->url, url);
+        if (e != SLUICE_OK)
+            snprintf(errbuf, errlen, "out of memory");
         sluicei_conn *sc = NULL;
         if (e == SLUICE_OK)
-            e = sluicei_conn_open(&sc, o->redis_url, o->connect_timeout_ms, 0, errbuf, errlen);
+            e = sluicei_conn_open_url(&sc, url, o->connect_timeout_ms, 0, errbuf, errlen);
         if (e == SLUICE_OK) {
             setup_link l = {sc, NULL, 0};
             e = read_setup(c, o, &l, errbuf, errlen);
@@ -569,7 +571,7 @@ static sluice_err open_group(sluice_consumer **out, const sluice_consumer_opts *
                      "bytes", o->queue, p, SLUICE_MAX_QUEUE_NAME);
             e = SLUICE_ERR_INVALID;
         } else {
-            e = consumer_new(&g->part[p], o, q, id, r, g, errbuf, errlen);
+            e = consumer_new(&g->part[p], o, q, id, r, NULL, g, errbuf, errlen);
         }
     }
     if (e != SLUICE_OK) {
@@ -606,12 +608,6 @@ static sluice_err open_group(sluice_consumer **out, const sluice_consumer_opts *
 
 /* Whether an address names more than one server (a cluster, a list):
  * then the queue may live anywhere, and only a router can tell. */
-static int many_servers(const char *url)
-{
-    return strncmp(url, "redis+cluster://", 16) == 0 || strstr(url, ",redis://") ||
-           strstr(url, ",unix://");
-}
-
 sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
                                 char *errbuf, size_t errlen)
 {
@@ -663,26 +659,30 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
     else
         snprintf(id, sizeof id, "%016" PRIx64, sluicei_random64());
 
-    /* Messages are built here in full, whatever errlen is. */
+    /* Messages are built here in full, whatever errlen is. The address is
+     * parsed once, by the router, which tells what kind it is. */
     char msg[512] = "", noqueue[512] = "";
     sluice_consumer *c = NULL;
-    if (!many_servers(o->redis_url)) {
+    sluicei_router *r = NULL;
+    int ct = o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
+    e = sluicei_router_open(&r, o->redis_url, ct, 0, msg, sizeof msg);
+    if (e == SLUICE_OK && sluicei_router_kind_of(r) == SLUICEI_ROUTER_SINGLE) {
         /* One server: a plain queue costs what it always did. */
-        e = consumer_new(&c, o, o->queue, id, NULL, NULL, msg, sizeof msg);
-        if (e != SLUICE_OK && e != SLUICE_ERR_NOQUEUE) {
-            snprintf(errbuf, errlen, "%s", msg);
-            return e;
+        sluicei_url u;
+        e = sluicei_router_url(r, o->queue, 0, &u, msg, sizeof msg);
+        if (e == SLUICE_OK) {
+            e = consumer_new(&c, o, o->queue, id, NULL, &u, NULL, msg, sizeof msg);
+            sluicei_url_free(&u);
         }
         /* No such queue: it may be a partitioned one. */
-        snprintf(noqueue, sizeof noqueue, "%s", msg);
+        if (e == SLUICE_ERR_NOQUEUE) {
+            snprintf(noqueue, sizeof noqueue, "%s", msg);
+            e = SLUICE_OK;
+        }
     }
-    if (!c) {
-        sluicei_router *r = NULL;
+    if (e == SLUICE_OK && !c) {
         int nparts = 0;
-        int ct = o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
-        e = sluicei_router_open(&r, o->redis_url, ct, 0, msg, sizeof msg);
-        if (e == SLUICE_OK)
-            e = sluicei_queue_partitions(r, o->queue, &nparts, msg, sizeof msg);
+        e = sluicei_queue_partitions(r, o->queue, &nparts, msg, sizeof msg);
         if (e == SLUICE_ERR_NOQUEUE) {
             if (noqueue[0])
                 snprintf(msg, sizeof msg, "%s", noqueue);
@@ -696,13 +696,13 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
         } else if (e == SLUICE_OK && nparts > 0) {
             e = open_group(&c, o, id, r, nparts, msg, sizeof msg);
         } else if (e == SLUICE_OK) {
-            e = consumer_new(&c, o, o->queue, id, r, NULL, msg, sizeof msg);
+            e = consumer_new(&c, o, o->queue, id, r, NULL, NULL, msg, sizeof msg);
         }
-        sluicei_router_close(r);
-        if (e != SLUICE_OK) {
-            snprintf(errbuf, errlen, "%s", msg);
-            return e;
-        }
+    }
+    sluicei_router_close(r);
+    if (e != SLUICE_OK) {
+        snprintf(errbuf, errlen, "%s", msg);
+        return e;
     }
     if (!c->nparts && (e = loop_start(c, msg, sizeof msg)) != SLUICE_OK) {
         consumer_free(c);
