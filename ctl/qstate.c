@@ -179,20 +179,6 @@ static int out_of_memory(void)
     return SLUICEI_EXIT_RUNTIME;
 }
 
-static void qkey(char *out, const char *q, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* Writes the key "sluice:{q}:<name>" with name formatted from fmt. */
-static void qkey(char *out, const char *q, const char *fmt, ...)
-{
-    char name[SLUICE_MAX_KEY];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    sluicei_key(out, q, name);
-}
-
 /* field's value in an HGETALL reply, or NULL. */
 static const char *hget(const redisReply *h, const char *field)
 {
@@ -285,14 +271,14 @@ static int read_peers(ctl *x, qinfo *in, const redisReply *h, int producers)
         p->seen_ago_ms = now - p->seen_ms;
         if (producers) {
             p->extra = dup_or_null(task_of(&in->towner, h->element[2 * i]->str), &oom);
-            qkey(key, in->q, "pstats:%s", h->element[2 * i]->str);
+            sluicei_keyf(key, in->q, "pstats:%s", h->element[2 * i]->str);
         } else {
             p->extra = dup_or_null(ctl_fields_get(&in->crank, h->element[2 * i]->str), &oom);
-            qkey(key, in->q, "pending:%s", h->element[2 * i]->str);
+            sluicei_keyf(key, in->q, "pending:%s", h->element[2 * i]->str);
             if (count_cmd(x, in->q, "LLEN", key, NULL, &p->pending))
                 return -1;
             in->pending += p->pending;
-            qkey(key, in->q, "cstats:%s", h->element[2 * i]->str);
+            sluicei_keyf(key, in->q, "cstats:%s", h->element[2 * i]->str);
         }
         if (oom) {
             out_of_memory();
@@ -363,17 +349,17 @@ static int read_epochs(ctl *x, qinfo *in, redisReply *const *h)
         long long n;
         if (in->ranks > 0) {
             for (long long r = 0; r < in->ranks; r++) {
-                qkey(k, q, "ready:%lld:%lld", e, r);
+                sluicei_keyf(k, q, "ready:%lld:%lld", e, r);
                 if (list_batches(x, q, k, e, ep->ended, &n))
                     return -1;
                 ep->ready += n;
             }
-            qkey(k, q, "stage:%lld", e);
+            sluicei_keyf(k, q, "stage:%lld", e);
             if (count_cmd(x, q, "LLEN", k, NULL, &n))
                 return -1;
             ep->ready += n;
         } else {
-            qkey(k, q, "ready:%lld", e);
+            sluicei_keyf(k, q, "ready:%lld", e);
             if (list_batches(x, q, k, e, ep->ended, &n))
                 return -1;
             ep->ready += n;
@@ -408,7 +394,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     int rc = SLUICEI_EXIT_RUNTIME;
     memset(in, 0, sizeof *in);
     in->q = q;
-    qkey(k, q, "meta");
+    sluicei_keyf(k, q, "meta");
     if (!(h[H_META] = hgetall(x, q, k)))
         goto out;
     if (h[H_META]->elements == 0) {
@@ -426,13 +412,13 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
                         : (long long)(sluicei_wall_us() / 1000u);
     freeReplyObject(t);
     for (int i = H_STATS; i < H_COUNT; i++) {
-        qkey(k, q, "%s", hash_names[i]);
+        sluicei_keyf(k, q, "%s", hash_names[i]);
         if (!(h[i] = hgetall(x, q, k)))
             goto out;
     }
 #define COUNT(field, cmd, name)                               \
     do {                                                      \
-        qkey(k, q, "%s", name);                               \
+        sluicei_keyf(k, q, "%s", name);                               \
         if (count_cmd(x, q, cmd, k, NULL, &in->field))        \
             goto out;                                         \
     } while (0)
@@ -442,7 +428,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     COUNT(claimed, "ZCARD", "tlease");
     COUNT(done, "HLEN", "tbatches");
 #undef COUNT
-    qkey(k, q, "failed");
+    sluicei_keyf(k, q, "failed");
     const char *lr[4] = {"LRANGE", k, "0", "-1"};
     if (!(failed = ctl_must(x, q, 4, lr)))
         goto out;

@@ -4,6 +4,7 @@
 #include "num.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,25 @@ void sluicei_partition_name(char *out, const char *q, int p)
 void sluicei_key(char *out, const char *q, const char *name)
 {
     snprintf(out, SLUICE_MAX_KEY, "sluice:{%s}:%s", q, name);
+}
+
+void sluicei_keyf(char *out, const char *q, const char *fmt, ...)
+{
+    int n = snprintf(out, SLUICE_MAX_KEY, "sluice:{%s}:", q);
+    if (n < 0 || n >= SLUICE_MAX_KEY)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + n, SLUICE_MAX_KEY - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+void sluicei_key_ready(char *out, const char *q, uint64_t e, int rank)
+{
+    if (rank >= 0)
+        sluicei_keyf(out, q, "ready:%" PRIu64 ":%d", e, rank);
+    else
+        sluicei_keyf(out, q, "ready:%" PRIu64, e);
 }
 
 void sluicei_batch_id_str(char *out, sluice_batch_id id)

@@ -67,6 +67,14 @@ void sluicei_partition_name(char *out, const char *q, int p);
 
 /* Writes "sluice:{q}:name" to out (SLUICE_MAX_KEY bytes). */
 void sluicei_key(char *out, const char *q, const char *name);
+/* The same with the name formatted from fmt ("pending:%s"). Every key C
+ * names goes through these two (the Lua scripts derive theirs from
+ * KEYS[1], common/lua/lib.lua). */
+void sluicei_keyf(char *out, const char *q, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The list of epoch e's batches: "ready:<e>", or "ready:<e>:<rank>" for a
+ * rank of a coordinated queue (rank < 0: a free queue). */
+void sluicei_key_ready(char *out, const char *q, uint64_t e, int rank);
 
 /* Writes the batch id string "epoch:task:seq" to out (SLUICE_MAX_BATCH_ID bytes). */
 void sluicei_batch_id_str(char *out, sluice_batch_id id);

@@ -386,11 +386,8 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
          * epoch whose list holds more than its end marker. */
         long long start = 0;
         for (; start < open && start < epochs; start++) {
-            char list[SLUICE_MAX_KEY + 32], marker[32];
-            if (o->world > 0)
-                snprintf(list, sizeof list, "sluice:{%s}:ready:%lld:%d", q, start, o->rank);
-            else
-                snprintf(list, sizeof list, "sluice:{%s}:ready:%lld", q, start);
+            char list[SLUICE_MAX_KEY], marker[32];
+            sluicei_key_ready(list, q, (uint64_t)start, o->world > 0 ? o->rank : -1);
             snprintf(marker, sizeof marker, "eof:%lld", start);
             redisReply *lr = NULL;
             const char *lv[4] = {"LRANGE", list, "-2", "-1"};
@@ -454,12 +451,10 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
 
     snprintf(c->queue, sizeof c->queue, "%s", q);
     snprintf(c->id, sizeof c->id, "%s", id);
-    char name[SLUICE_MAX_KEY];
     sluicei_key(c->k_meta, c->queue, "meta");
     sluicei_key(c->k_frame, c->queue, "b:");
     sluicei_key(c->k_job, c->queue, "job");
-    snprintf(name, sizeof name, "pending:%s", c->id);
-    sluicei_key(c->k_pending, c->queue, name);
+    sluicei_keyf(c->k_pending, c->queue, "pending:%s", c->id);
     c->world = o->world;
     c->rank = o->rank;
     if (o->world > 0)

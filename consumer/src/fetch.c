@@ -101,12 +101,8 @@ int fetch_blmove_safe(sluice_consumer *c)
 
 void fetch_blmove(sluice_consumer *c)
 {
-    char src[SLUICE_MAX_KEY], name[48];
-    if (c->rank_s[0])
-        snprintf(name, sizeof name, "ready:%" PRIu32 ":%s", c->loop_epoch, c->rank_s);
-    else
-        snprintf(name, sizeof name, "ready:%" PRIu32, c->loop_epoch);
-    sluicei_key(src, c->queue, name);
+    char src[SLUICE_MAX_KEY];
+    sluicei_key_ready(src, c->queue, c->loop_epoch, c->rank_s[0] ? c->rank : -1);
     const char *av[6] = {"BLMOVE", src, c->k_pending, "RIGHT", "LEFT", c->block_arg};
     c->op = OP_BLMOVE;
     if (send_argv(c, CONN_DATA, send_req_new(c, R_BLMOVE, -1), 1, 6, av, NULL) == 0)

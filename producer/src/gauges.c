@@ -54,9 +54,8 @@ static sluice_err add_published(sluicei_router *r, const char *q, const char *pr
                                 int64_t deadline, sluicei_queue_gauges *g, char *err,
                                 size_t errlen)
 {
-    char name[SLUICE_MAX_KEY], key[SLUICE_MAX_KEY];
-    snprintf(name, sizeof name, "pstats:%s", producer_id);
-    sluicei_key(key, q, name);
+    char key[SLUICE_MAX_KEY];
+    sluicei_keyf(key, q, "pstats:%s", producer_id);
     const char *argv[2 + SLUICEI_PSTAT_COUNT] = {"HMGET", key};
     for (int i = 0; i < SLUICEI_PSTAT_COUNT; i++)
         argv[2 + i] = pstats_field[i];

@@ -59,6 +59,18 @@ static void test_keys(void)
     name[SLUICE_MAX_QUEUE_NAME] = '\0';
     sluicei_key(key, name, "consumers");
     CHECK(strlen(key) == strlen("sluice:{}:consumers") + SLUICE_MAX_QUEUE_NAME);
+    sluicei_keyf(key, "train", "pstats:%s", "p1");
+    CHECK(strcmp(key, "sluice:{train}:pstats:p1") == 0);
+    sluicei_key_ready(key, "train", 4294967295u, -1);
+    CHECK(strcmp(key, "sluice:{train}:ready:4294967295") == 0);
+    sluicei_key_ready(key, "t#3", 2, 7);
+    CHECK(strcmp(key, "sluice:{t#3}:ready:2:7") == 0);
+    /* Never past SLUICE_MAX_KEY, however long the formatted name. */
+    char big[400];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    sluicei_keyf(key, name, "pending:%s", big);
+    CHECK(strlen(key) == SLUICE_MAX_KEY - 1);
 }
 
 static void test_batch_id_roundtrip(void)
