@@ -7,6 +7,7 @@
  * pipelining is barely touched). It also runs inside every wait for room
  * and for a task, and in sluice_producer_flush(), which a caller doing long
  * work between pushes can call to keep its lease. */
+#include "gauges.h"
 #include "producer_impl.h"
 
 #include <inttypes.h>
@@ -109,18 +110,23 @@ int lease_housekeeping_due(const sluice_producer *p)
  * is not regained (at close). */
 sluice_err lease_beat(sluice_producer *p, int may_reconnect)
 {
-    char v[6][24];
+    enum { ARGC = 5 + 2 * SLUICEI_PSTAT_COUNT };
+    char v[SLUICEI_PSTAT_COUNT][24];
     const sluice_producer_stats *st = &p->st;
-    uint64_t vals[6] = {st->batches, st->bytes, st->blocked_us, st->duplicates, st->tasks_done,
-                        st->tasks_failed};
-    const char *argv[17] = {"producer", p->id, "", "", "",
-                            "batches", v[0], "bytes", v[1], "blocked_us", v[2],
-                            "duplicates", v[3], "tasks_done", v[4], "tasks_failed", v[5]};
-    for (int i = 0; i < 6; i++)
+    uint64_t vals[SLUICEI_PSTAT_COUNT] = {
+        [SLUICEI_PSTAT_BATCHES] = st->batches,       [SLUICEI_PSTAT_BYTES] = st->bytes,
+        [SLUICEI_PSTAT_BLOCKED_US] = st->blocked_us, [SLUICEI_PSTAT_DUPLICATES] = st->duplicates,
+        [SLUICEI_PSTAT_TASKS_DONE] = st->tasks_done, [SLUICEI_PSTAT_TASKS_FAILED] = st->tasks_failed};
+    /* The field names are gauges.c's, which reads them back. */
+    const char *argv[ARGC] = {"producer", p->id, "", "", ""};
+    for (int i = 0; i < SLUICEI_PSTAT_COUNT; i++) {
         snprintf(v[i], sizeof v[i], "%" PRIu64, vals[i]);
+        argv[5 + 2 * i] = sluicei_pstats_field(i);
+        argv[6 + 2 * i] = v[i];
+    }
     redisReply *r = NULL;
-    sluice_err e = may_reconnect ? lease_run_script(p, SLUICEI_SCRIPT_BEAT, 17, argv, &r, NULL)
-                                 : sluicei_script_run(p->conn, SLUICEI_SCRIPT_BEAT, p->queue, 17,
+    sluice_err e = may_reconnect ? lease_run_script(p, SLUICEI_SCRIPT_BEAT, ARGC, argv, &r, NULL)
+                                 : sluicei_script_run(p->conn, SLUICEI_SCRIPT_BEAT, p->queue, ARGC,
                                                       argv, NULL, &r);
     if (r && r->type == REDIS_REPLY_ERROR && pipe_redirect_error(p, r->str) && p->conn->ctx) {
         /* The partition moved: the next connect finds it (group_idle_connected()). */
