@@ -145,17 +145,93 @@ static int check_create_name(const char *q, const create_opts *o)
     return 0;
 }
 
+/* The frames of pushes whose script never ran (sluice:{q}:in:*) on the
+ * node of q, removed with SCAN from here: a script walking the key space
+ * would hold Redis for as long as the walk. Returns how many were
+ * removed, or -1 (printed) when a command failed. */
+static long long sweep_in_keys(ctl *x, const char *q)
+{
+    char pattern[SLUICE_MAX_KEY];
+    sluicei_key(pattern, q, "in:*");
+    char cursor[32] = "0";
+    long long removed = 0;
+    do {
+        const char *scan[6] = {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"};
+        redisReply *r = ctl_must(x, q, 6, scan);
+        if (!r)
+            return -1;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_ARRAY) {
+            fprintf(stderr, "sluice-ctl: SCAN on queue '%s': unexpected reply\n", q);
+            freeReplyObject(r);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        const redisReply *keys = r->element[1];
+        for (size_t i = 0; i < keys->elements; i++) {
+            if (keys->element[i]->type != REDIS_REPLY_STRING)
+                continue;
+            const char *unlink[2] = {"UNLINK", keys->element[i]->str};
+            redisReply *u = ctl_must(x, q, 2, unlink);
+            if (!u) {
+                freeReplyObject(r);
+                return -1;
+            }
+            removed += ctl_reply_num(u);
+            freeReplyObject(u);
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return removed;
+}
+
+/* Runs delete.lua on queue q (a plain queue or a partition) until it is
+ * gone, with the sweep of its in: keys when the script asks for it; adds
+ * the keys removed to *keys. On an error *out is the script's reply (or
+ * NULL) for ctl_script_failed(). */
+static sluice_err delete_one(ctl *x, const char *q, long long *keys, redisReply **out)
+{
+    const char *swept[1] = {"swept"};
+    size_t argc = 0;
+    *out = NULL;
+    for (;;) {
+        redisReply *r = NULL;
+        sluice_err e = ctl_script_call(x, SLUICEI_SCRIPT_DELETE, q, argc, swept, &r);
+        if (e != SLUICE_OK) {
+            *out = r;
+            return e;
+        }
+        long long more = 0;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+            *keys += ctl_reply_num(r->element[0]);
+            more = ctl_reply_num(r->element[1]);
+        }
+        freeReplyObject(r);
+        if (more == 0)
+            return SLUICE_OK;
+        if (more == 2) {
+            long long n = sweep_in_keys(x, q);
+            if (n < 0)
+                return SLUICE_ERR_REDIS;
+            *keys += n;
+            argc = 1;
+        }
+    }
+}
+
 /* Deletes partitions lo..hi-1 of x (a create being undone). Returns how
  * many could not be deleted (each printed). */
 static int delete_partitions(ctl *x, int lo, int hi)
 {
     int left = 0;
     for (int p = lo; p < hi; p++) {
-        redisReply *r;
-        if (ctl_run_script(x, SLUICEI_SCRIPT_DELETE, ctl_pname(x, p), 0, NULL, &r))
+        long long keys = 0;
+        redisReply *r = NULL;
+        sluice_err e = delete_one(x, ctl_pname(x, p), &keys, &r);
+        if (e != SLUICE_OK) {
+            ctl_script_failed(x, ctl_pname(x, p), e, &r, 0);
             left++;
-        else
-            freeReplyObject(r);
+        }
     }
     return left;
 }
@@ -234,27 +310,21 @@ static int delete_partitions_all(ctl *x)
     long long keys = 0;
     int missing = 0;
     for (int p = ctl_nparts(x) - 1; p >= 0; p--) {
-        for (int more = 1; more;) {
-            redisReply *r;
-            sluice_err e = ctl_script_call(x, SLUICEI_SCRIPT_DELETE, ctl_pname(x, p), 0, NULL, &r);
-            if (e == SLUICE_ERR_NOQUEUE && x->partitions && p > 0) {
-                /* A partition lost earlier: delete the others. */
+        redisReply *r = NULL;
+        sluice_err e = delete_one(x, ctl_pname(x, p), &keys, &r);
+        if (e == SLUICE_ERR_NOQUEUE && x->partitions && p > 0) {
+            /* A partition lost earlier: delete the others. */
+            if (r)
                 freeReplyObject(r);
-                missing++;
-                break;
-            }
-            if (e != SLUICE_OK) {
+            missing++;
+            continue;
+        }
+        if (e != SLUICE_OK) {
+            if (r)
                 ctl_script_failed(x, ctl_pname(x, p), e, &r, 0);
-                fprintf(stderr, "sluice-ctl: queue '%s' is deleted only in part: run the delete "
-                        "again to finish it\n", x->q);
-                return SLUICEI_EXIT_RUNTIME;
-            }
-            more = 0;
-            if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-                keys += ctl_reply_num(r->element[0]);
-                more = ctl_reply_num(r->element[1]) != 0;
-            }
-            freeReplyObject(r);
+            fprintf(stderr, "sluice-ctl: queue '%s' is deleted only in part: run the delete "
+                    "again to finish it\n", x->q);
+            return SLUICEI_EXIT_RUNTIME;
         }
     }
     if (x->partitions)

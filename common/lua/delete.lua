@@ -1,10 +1,13 @@
 #!lua flags=allow-oom
--- delete: no ARGV. Removes the queue in steps of about 1000 keys, so that
--- no queue is big enough to block Redis while it goes. The first step
--- renames meta to 'deleting': from then on the queue does not exist for
--- anybody (every script answers NOQUEUE), and create refuses the name
--- until the last step. Run it until it says it is done: returns {keys
--- removed by this step, 1 while more remain, else 0}.
+-- delete: ARGV[1] 'swept' or nothing. Removes the queue in steps of about
+-- 1000 keys, so that no queue is big enough to block Redis while it goes.
+-- The first step renames meta to 'deleting': from then on the queue does
+-- not exist for anybody (every script answers NOQUEUE), and create refuses
+-- the name until the last step. Run it until it says it is done: returns
+-- {keys removed by this step, 1 while more remain, 2 when only the caller's
+-- sweep is left, else 0}. On 2 the caller removes the in: keys of pushes
+-- whose script never ran (SCAN MATCH sluice:{Q}:in:* and UNLINK, from the
+-- client: no script walks the key space), then runs it with 'swept'.
 --! include lib
 local gone = pre .. 'deleting'
 if redis.call('EXISTS', meta) == 1 then
@@ -13,7 +16,7 @@ if redis.call('EXISTS', meta) == 1 then
   local st = redis.call('HMGET', pre .. 'jstage', 'epochs', 'clear_until')
   redis.call('HSET', gone, 'del_e', 0, 'del_until',
              math.max(1, tonumber(ep or '0'), tonumber(st[1] or '0'), tonumber(st[2] or '0')),
-             'del_scan', '0', 'del_phase', 1)
+             'del_phase', 1)
 elseif redis.call('EXISTS', gone) == 0 then
   return redis.error_reply('NOQUEUE no such queue')
 end
@@ -70,13 +73,12 @@ while budget > 0 and phase < 8 do
     done = e >= stop
   elseif phase == 7 then
     -- Frames of pushes whose script never ran (a MULTI whose EVALSHA
-    -- found no script), one slice of the key space per step.
-    local r = redis.call('SCAN', redis.call('HGET', gone, 'del_scan'), 'MATCH', pre .. 'in:*',
-                         'COUNT', budget)
-    del(r[2])
-    budget = 0
-    redis.call('HSET', gone, 'del_scan', r[1])
-    done = r[1] == '0'
+    -- found no script): the caller's sweep.
+    if ARGV[1] ~= 'swept' then
+      redis.call('HSET', gone, 'del_phase', phase)
+      return {n, 2}
+    end
+    done = true
   end
   if done then phase = phase + 1 end
 end

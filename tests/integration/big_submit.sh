@@ -137,6 +137,10 @@ fi
 
 # ---- delete of the big queue, watched (meanwhile the dead submit's staging
 # grows stale) ----------------------------------------------------------------
+# Frames of pushes whose script never ran (NOSCRIPT inside a MULTI) are
+# swept too, from the client; another queue's are not touched.
+for id in 0:5:1 0:5:2 1:9:3; do rcli SET "sluice:{big}:in:$id" frame >/dev/null; done
+rcli SET "sluice:{big2}:in:0:1:1" frame >/dev/null
 rcli SLOWLOG RESET >/dev/null
 probe_start
 t0=$(now_ms)
@@ -147,6 +151,8 @@ no_slow_script "delete"
 note "delete of the job's queue: $ms ms: $out"
 left=$(rcli --scan --pattern 'sluice:{big}:*' | head -n 5)
 [[ -z $left ]] || fail "delete left keys: $left"
+[[ $(rcli EXISTS "sluice:{big2}:in:0:1:1") == 1 ]] || fail "delete of 'big' removed a key of queue 'big2'"
+rcli DEL "sluice:{big2}:in:0:1:1" >/dev/null
 
 # ---- a later submit succeeds -----------------------------------------------------
 if ((rc != 0)); then

@@ -69,6 +69,11 @@ PYEOF
 done
 ((bad == 0)) || fail "$bad script blocks of docs/PROTOCOL.md do not match the code"
 
+# No script walks the key space (SCAN, KEYS): it would hold Redis for as
+# long as the walk, however small the queue.
+walkers=$(grep -ln "redis.call('\(SCAN\|KEYS\)'" "$ROOT"/common/lua/*.lua || true)
+[[ -z $walkers ]] || fail "scripts that walk the key space: $walkers"
+
 # The room rule is one function: push.lua, which runs without lib.lua (a
 # client may take it from the doc as it is), holds has_room word for word.
 fn() { awk '/^local function has_room\(/ {on = 1} on {print} on && /^end$/ {exit}' "$1"; }
