@@ -73,7 +73,7 @@ void sluicei_router_get_stats(const sluicei_router *r, sluicei_router_stats *out
 
 /* Writes to *u (caller frees with sluicei_url_free) the URL of the node
  * that serves queue q ("Q" or "Q#p") now: credentials and db from the
- * address, host and port of the slot's master, and, in a cluster, 
+ * address, host and port of the slot's master, and, in a cluster,
  * wait_replicas 1 when that master has a replica (unless the address
  * says ?wait=N). refresh != 0 reads the slot map again first (after
  * MOVED, or when the node is unreachable). On a list of servers: server
@@ -101,8 +101,9 @@ void sluicei_router_bind(sluicei_router *r, const char *q, sluicei_conn *c);
 /* 1 when an error reply means "the data is elsewhere, or about to be, or
  * the cluster is in a passing state": MOVED, ASK, CLUSTERDOWN, READONLY,
  * EXECABORT, a script's "non local key" error (a slot being migrated), and
- * the server's passing states of sluicei_error_transient() (retry.h). The caller drops the connection (so that
- * the next one is resolved again), pauses and sends the command again.
+ * the server's passing states of sluicei_error_transient() (retry.h). The
+ * caller drops the connection (so that the next one is resolved again),
+ * pauses and sends the command again.
  * Scripts never write before the first such error (docs/PROTOCOL.md,
  * "Redis Cluster"), so sending again is safe. */
 int sluicei_cluster_retryable(const char *msg, size_t len);

@@ -1,10 +1,12 @@
-/* Cluster routing without a cluster (common/src/cluster.c): key slots,
- * addresses, retryable errors, partitions on a list of servers, and the
- * "?wait=N" of a redis:// URL (common/src/conn.c). No Redis needed: the
- * only connections tried go to 127.0.0.1:1, which refuses them. */
+/* Cluster routing without a cluster (common/src/cluster*.c): key slots,
+ * addresses and what they parse into (cluster_internal.h), the node table,
+ * retryable errors, partitions on a list of servers, and the "?wait=N" of a
+ * redis:// URL (common/src/conn.c). No Redis needed: the only connections
+ * tried go to 127.0.0.1:1, which refuses them. */
 #include "test.h"
 
 #include "cluster.h"
+#include "cluster_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -371,10 +373,220 @@ static void test_list_partitions(void)
     test_env_restore();
 }
 
+/* What an address parses into, seed by seed and server by server. */
+struct want_server {
+    const char *host; /* NULL: unix_path */
+    int port, db, wait;
+    const char *user, *password, *unix_path;
+};
+
+static void test_address_servers(void)
+{
+    static const struct {
+        const char *addr;
+        sluicei_router_kind kind;
+        int wait_explicit;
+        int n;
+        struct want_server s[3];
+    } cases[] = {
+        {"redis+cluster://bob:pw@h1:1,[::1]:2,h3/?wait=2", SLUICEI_ROUTER_CLUSTER, 1, 3,
+         {{"h1", 1, 0, 2, "bob", "pw", NULL},
+          {"::1", 2, 0, 2, "bob", "pw", NULL},
+          {"h3", 6379, 0, 2, "bob", "pw", NULL}}},
+        /* No ?wait=N: the replicas of the slot map decide, later. */
+        {"REDIS+CLUSTER://:pw@h:7", SLUICEI_ROUTER_CLUSTER, 0, 1,
+         {{"h", 7, 0, 0, NULL, "pw", NULL}}},
+        /* An explicit 0 still wins over the map. */
+        {"redis+cluster://h:7?wait=0", SLUICEI_ROUTER_CLUSTER, 1, 1,
+         {{"h", 7, 0, 0, NULL, NULL, NULL}}},
+        /* The last '@' ends the userinfo; a ',' before it is the password's. */
+        {"redis+cluster://u:p@,s@a:1,b:2", SLUICEI_ROUTER_CLUSTER, 0, 2,
+         {{"a", 1, 0, 0, "u", "p@,s", NULL}, {"b", 2, 0, 0, "u", "p@,s", NULL}}},
+        /* A ',' before "scheme://" separates; any other belongs to the URL. */
+        {"redis://:p,x@h:1/2,unix:///s?db=3", SLUICEI_ROUTER_LIST, 0, 2,
+         {{"h", 1, 2, 0, NULL, "p,x", NULL}, {NULL, 0, 3, 0, NULL, NULL, "/s"}}},
+        {"redis://a:1?wait=1,Redis://b", SLUICEI_ROUTER_LIST, 0, 2,
+         {{"a", 1, 0, 1, NULL, NULL, NULL}, {"b", 6379, 0, 0, NULL, NULL, NULL}}},
+    };
+    test_env_password(NULL);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sluicei_router *r = NULL;
+        char err[256] = "";
+        CHECK(sluicei_router_parse(&r, cases[i].addr, err, sizeof err) == SLUICE_OK);
+        if (!r) {
+            fprintf(stderr, "    %s: %s\n", cases[i].addr, err);
+            continue;
+        }
+        CHECK(r->kind == cases[i].kind);
+        CHECK(r->wait_explicit == cases[i].wait_explicit);
+        CHECK(r->nservers == cases[i].n);
+        for (int k = 0; k < r->nservers && k < cases[i].n; k++) {
+            const sluicei_url *u = &r->servers[k];
+            const struct want_server *w = &cases[i].s[k];
+            int ok = w->host ? u->host && strcmp(u->host, w->host) == 0 && u->port == w->port
+                             : !u->host && u->unix_path && strcmp(u->unix_path, w->unix_path) == 0;
+            ok = ok && u->db == w->db && u->wait_replicas == w->wait;
+            ok = ok && (w->user ? u->user && strcmp(u->user, w->user) == 0 : !u->user);
+            ok = ok && (w->password ? u->password && strcmp(u->password, w->password) == 0
+                                    : !u->password);
+            if (!ok)
+                fprintf(stderr, "    %s: server %d is %s:%d db %d wait %d\n", cases[i].addr, k,
+                        u->host ? u->host : u->unix_path, u->port, u->db, u->wait_replicas);
+            CHECK(ok);
+        }
+        /* The seeds are the first nodes known (no I/O yet). */
+        if (r->kind == SLUICEI_ROUTER_CLUSTER)
+            CHECK(r->nnodes == r->nservers && r->map_ok == 0);
+        else
+            CHECK(r->nnodes == 0);
+        CHECK(r->desc && !strstr(r->desc, "pw") && !strstr(r->desc, "p,x"));
+        sluicei_router_close(r);
+    }
+
+    /* SLUICE_REDIS_PASSWORD reaches every seed that has none. */
+    sluicei_router *r = NULL;
+    char err[256] = "";
+    test_env_password("envs3cr3t");
+    CHECK(sluicei_router_parse(&r, "redis+cluster://a:1,b:2,c:3", err, sizeof err) == SLUICE_OK);
+    for (int k = 0; r && k < r->nservers; k++)
+        CHECK(r->servers[k].password && strcmp(r->servers[k].password, "envs3cr3t") == 0);
+    sluicei_router_close(r);
+    test_env_restore();
+}
+
+/* The same seed twice is one node; the seeds' own order is kept. */
+static void test_address_seed_nodes(void)
+{
+    sluicei_router *r = NULL;
+    char err[256] = "";
+    test_env_password(NULL);
+    CHECK(sluicei_router_parse(&r, "redis+cluster://h:1,h:2,h:1,H:1", err, sizeof err) ==
+          SLUICE_OK);
+    if (r) {
+        CHECK(r->nservers == 4);
+        CHECK(r->nnodes == 3);
+        CHECK(cluster_slots_node_index(r, "h", 1, 2) == 1);
+        CHECK(cluster_slots_node_index(r, "H", 1, 1) == 2);
+        CHECK(cluster_slots_node_index(r, "hx", 1, 1) == 0); /* a length, not a C string */
+        CHECK(r->nnodes == 3);
+        CHECK(cluster_slots_node_index(r, "x", 1, 1) == 3);
+        CHECK(r->nnodes == 4 && strcmp(r->nodes[3].host, "x") == 0);
+        /* The table is bounded: a peer cannot make it grow without end. */
+        int last = 0;
+        for (int port = 1; port <= MAX_NODES + 1 && last >= 0; port++)
+            last = cluster_slots_node_index(r, "many", 4, port);
+        CHECK(last == -1);
+        CHECK(r->nnodes == MAX_NODES);
+        sluicei_router_close(r);
+    }
+    test_env_restore();
+}
+
+/* Address lists at their limits, and malformed ones without I/O. */
+static void test_address_limits(void)
+{
+    size_t cap = 16 * (MAX_ADDRS + 2) + 64;
+    char *a = malloc(cap), *b = malloc(cap);
+    CHECK(a && b);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return;
+    }
+    test_env_password(NULL);
+    /* MAX_ADDRS seeds / servers, then one more. */
+    size_t oa = (size_t)snprintf(a, cap, "redis+cluster://");
+    size_t ob = 0;
+    for (int i = 0; i < MAX_ADDRS; i++) {
+        oa += (size_t)snprintf(a + oa, cap - oa, "%sh:%d", i ? "," : "", i + 1);
+        ob += (size_t)snprintf(b + ob, cap - ob, "%sredis://h:%d", i ? "," : "", i + 1);
+    }
+    sluicei_router *r = NULL;
+    char err[256] = "";
+    CHECK(sluicei_router_parse(&r, a, err, sizeof err) == SLUICE_OK);
+    CHECK(r && r->nservers == MAX_ADDRS && r->nnodes == MAX_ADDRS);
+    sluicei_router_close(r);
+    CHECK(sluicei_router_parse(&r, b, err, sizeof err) == SLUICE_OK);
+    CHECK(r && r->nservers == MAX_ADDRS && r->kind == SLUICEI_ROUTER_LIST);
+    sluicei_router_close(r);
+    snprintf(a + oa, cap - oa, ",h:9");
+    snprintf(b + ob, cap - ob, ",redis://h:9");
+    r = (sluicei_router *)&r;
+    CHECK(sluicei_router_parse(&r, a, err, sizeof err) == SLUICE_ERR_INVALID && r == NULL);
+    CHECK(strstr(err, "cluster address: more than 1024 seeds") != NULL);
+    r = (sluicei_router *)&r;
+    CHECK(sluicei_router_parse(&r, b, err, sizeof err) == SLUICE_ERR_INVALID && r == NULL);
+    CHECK(strstr(err, "server list: more than 1024 servers") != NULL);
+    free(a);
+    free(b);
+
+    static const struct {
+        const char *addr, *expect;
+    } bad[] = {
+        {"redis://a:1,", "port '1,' is not a number"},
+        {"redis://a:1,,redis://b:2", "server list, server 1: redis URL: port '1,'"},
+        {"redis://a:1,redis://", "server list, server 2: "},
+        {"unix://,redis://a:1", "server list, server 1: "},
+        {"redis://a:1,Redis+Cluster://b:2", "server 2 is a cluster address"},
+        {"redis+cluster://h:1,unix:///s", "the seeds are host:port, not URLs"},
+        {"redis+cluster://h:1,,", "seed 2 is empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = NULL;
+        err[0] = '\0';
+        sluice_err e = sluicei_router_parse(&r, bad[i].addr, err, sizeof err);
+        CHECK(e == SLUICE_ERR_INVALID && r == NULL);
+        if (!strstr(err, bad[i].expect)) {
+            fprintf(stderr, "    %s: got \"%s\", want \"%s\"\n", bad[i].addr, err, bad[i].expect);
+            CHECK(0);
+        }
+        sluicei_router_close(r);
+    }
+    test_env_restore();
+}
+
+/* Which server of a list serves a name: "Q#p" is partition p (at most 6
+ * digits), anything else the first server. */
+static void test_list_partition_names(void)
+{
+    static const struct {
+        const char *q;
+        int server;
+    } want[] = {
+        {"Q#01", 1},   {"Q#0000001", 0}, {"Q#999999", 0}, {"Q#999998", 2},
+        {"Q#", 0},     {"Q#1a", 0},      {"Q#-1", 0},     {"Q# 1", 0},
+        {"a#b#4", 1},  {"#5", 2},        {"Q#+1", 0},     {"Q#100000", 1},
+    };
+    sluicei_router *r = NULL;
+    char err[256] = "";
+    test_env_password(NULL);
+    CHECK(sluicei_router_parse(&r, "redis://s:1,redis://s:2,redis://s:3", err, sizeof err) ==
+          SLUICE_OK);
+    for (size_t i = 0; r && i < sizeof want / sizeof want[0]; i++) {
+        sluicei_url u;
+        CHECK(sluicei_router_url(r, want[i].q, 0, &u, err, sizeof err) == SLUICE_OK);
+        if (u.port != want[i].server + 1) {
+            fprintf(stderr, "    %s: server %d, want %d\n", want[i].q, u.port - 1,
+                    want[i].server);
+            CHECK(0);
+        }
+        sluicei_url_free(&u);
+    }
+    sluicei_router_close(r);
+    /* Every key of a queue is in the slot of its name. */
+    CHECK(cluster_slots_queue_slot("jobs") == sluicei_key_slot("jobs", 4));
+    CHECK(cluster_slots_queue_slot("jobs#7") == sluicei_key_slot("jobs#7", 6));
+    test_env_restore();
+}
+
 const struct test cluster_tests[] = {
     {"cluster/key slots", test_slots},
     {"cluster/url ?wait=N", test_url_wait},
     {"cluster/addresses", test_addresses},
+    {"cluster/address: servers and seeds", test_address_servers},
+    {"cluster/address: seeds are nodes", test_address_seed_nodes},
+    {"cluster/address: limits and malformed lists", test_address_limits},
+    {"cluster/partition names on a list", test_list_partition_names},
     {"cluster/SLUICE_REDIS_PASSWORD", test_list_env_password},
     {"cluster/retryable errors", test_retryable},
     {"cluster/partitions on a list of servers", test_list_partitions},
