@@ -101,36 +101,12 @@ int cluster_slots_node_index(sluicei_router *r, const char *host, size_t hl, int
 static redisContext *probe_connect(sluicei_router *r, const node *n, char *err, size_t errlen,
                                    sluice_err *code)
 {
-    const sluicei_url *t = &r->servers[0];
-    int ms = r->connect_timeout_ms;
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    redisContext *ctx = redisConnectWithTimeout(n->host, n->port, tv);
-    *code = SLUICE_ERR_IO;
-    if (!ctx) {
-        seterr(err, errlen, "%s:%d: out of memory", n->host, n->port);
-        *code = SLUICE_ERR_NOMEM;
-        return NULL;
-    }
-    if (ctx->err || redisSetTimeout(ctx, tv) != REDIS_OK) {
-        seterr(err, errlen, "%s:%d: connect: %s", n->host, n->port, ctx->errstr);
-        redisFree(ctx);
-        return NULL;
-    }
-    if (t->password) {
-        redisReply *a = t->user ? redisCommand(ctx, "AUTH %s %s", t->user, t->password)
-                                : redisCommand(ctx, "AUTH %s", t->password);
-        if (!a || a->type == REDIS_REPLY_ERROR) {
-            if (a)
-                *code = SLUICE_ERR_AUTH;
-            seterr(err, errlen, "%s:%d: authentication failed: %s", n->host, n->port,
-                   a ? a->str : ctx->errstr);
-            if (a)
-                freeReplyObject(a);
-            redisFree(ctx);
-            return NULL;
-        }
-        freeReplyObject(a);
-    }
+    redisContext *ctx = NULL;
+    char why[400];
+    *code = sluicei_redis_connect(&ctx, &r->servers[0], n->host, n->port, r->connect_timeout_ms,
+                                  r->connect_timeout_ms, why, sizeof why);
+    if (*code != SLUICE_OK)
+        seterr(err, errlen, "%s:%d: %s", n->host, n->port, why);
     return ctx;
 }
 

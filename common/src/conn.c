@@ -708,6 +708,59 @@ sluice_err sluicei_conn_load_scripts(sluicei_conn *c)
     return SLUICE_OK;
 }
 
+sluice_err sluicei_redis_connect(redisContext **out, const sluicei_url *u, const char *host,
+                                 int port, int connect_ms, int io_ms, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct timeval tv = ms_to_tv(connect_ms);
+    redisContext *ctx = host ? redisConnectWithTimeout(host, port, tv)
+                        : u->unix_path ? redisConnectUnixWithTimeout(u->unix_path, tv)
+                                       : redisConnectWithTimeout(u->host, u->port, tv);
+    if (!ctx) {
+        seterr(err, errlen, "connect: out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    const char *step = NULL;
+    if (ctx->err)
+        step = "connect";
+    else if (redisSetTimeout(ctx, ms_to_tv(io_ms)) != REDIS_OK)
+        step = "setting the socket timeout";
+    redisReply *r = NULL;
+    if (!step && u->password) {
+        r = u->user ? redisCommand(ctx, "AUTH %s %s", u->user, u->password)
+                    : redisCommand(ctx, "AUTH %s", u->password);
+        if (!r)
+            step = "AUTH";
+    }
+    if (step) {
+        const char *why = ctx->err ? ctx->errstr : "no reply";
+        /* A blocking socket that hits SO_RCVTIMEO reports EAGAIN. */
+        const char *hint =
+            strcmp(why, strerror(EAGAIN)) == 0 ? " (no reply within the timeout)" : "";
+        seterr(err, errlen, "%s: %s%s", step, why, hint);
+        redisFree(ctx);
+        return SLUICE_ERR_IO;
+    }
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        /* A server that loads its data or runs a script answers again
+         * soon; anything else is about the credentials. */
+        sluice_err e = SLUICE_ERR_AUTH;
+        if (sluicei_error_transient(r->str, r->len)) {
+            seterr(err, errlen, "AUTH: %s", r->str);
+            e = SLUICE_ERR_IO;
+        } else {
+            seterr(err, errlen, "authentication failed: %s", r->str);
+        }
+        freeReplyObject(r);
+        redisFree(ctx);
+        return e;
+    }
+    if (r)
+        freeReplyObject(r);
+    *out = ctx;
+    return SLUICE_OK;
+}
+
 /* One attempt: connect, AUTH, SELECT, SCRIPT LOAD. On failure c->ctx is
  * NULL and c->errstr says why; only SLUICE_ERR_IO is worth retrying. */
 static sluice_err connect_once(sluicei_conn *c, int connect_ms)
@@ -716,25 +769,13 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
     sluice_err e;
     drop(c);
 
-    struct timeval tv = ms_to_tv(connect_ms);
-    c->ctx = u->unix_path ? redisConnectUnixWithTimeout(u->unix_path, tv)
-                          : redisConnectWithTimeout(u->host, u->port, tv);
-    if (!c->ctx) {
+    char why[sizeof c->errstr - 64];
+    e = sluicei_redis_connect(&c->ctx, u, NULL, 0, connect_ms, c->cmd_timeout_ms, why, sizeof why);
+    if (e != SLUICE_OK) {
         char addr[256];
         sluicei_url_describe(u, addr, sizeof addr);
-        snprintf(c->errstr, sizeof c->errstr, "redis %s: connect: out of memory", addr);
-        return SLUICE_ERR_NOMEM;
-    }
-    if (c->ctx->err)
-        return fail_io(c, "connect");
-    if (redisSetTimeout(c->ctx, ms_to_tv(c->cmd_timeout_ms)) != REDIS_OK)
-        return fail_io(c, "setting the socket timeout");
-
-    if (u->password) {
-        redisReply *r = u->user ? redisCommand(c->ctx, "AUTH %s %s", u->user, u->password)
-                                : redisCommand(c->ctx, "AUTH %s", u->password);
-        if ((e = setup_reply(c, r, "AUTH")) != SLUICE_OK)
-            return e;
+        snprintf(c->errstr, sizeof c->errstr, "redis %.200s: %.290s", addr, why);
+        return e;
     }
     if (u->db != 0) {
         redisReply *r = redisCommand(c->ctx, "SELECT %d", u->db);

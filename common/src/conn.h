@@ -59,6 +59,18 @@ typedef struct sluicei_conn {
     void *resolve_arg;
 } sluicei_conn;
 
+/* The one way this library opens a Redis connection: a blocking hiredis
+ * context to u (or to host:port with u's credentials, when host is not
+ * NULL), connect_ms to connect, io_ms the socket timeout after, then AUTH
+ * when u has a password. Nothing more (no SELECT, no scripts): what a
+ * probe of a cluster node needs, and the first steps of a sluicei_conn.
+ * On SLUICE_OK *out is the caller's (redisFree). Else *out is NULL and err
+ * says "<step>: <why>", without the address and never the password:
+ * SLUICE_ERR_NOMEM, SLUICE_ERR_IO (connect, timeout, no reply, or a
+ * passing state of the server, retry.h), SLUICE_ERR_AUTH (AUTH refused). */
+sluice_err sluicei_redis_connect(redisContext **out, const sluicei_url *u, const char *host,
+                                 int port, int connect_ms, int io_ms, char *err, size_t errlen);
+
 /* Parses url and connects (TCP connect with timeout, AUTH, SELECT). On
  * failure *out is NULL and err explains (bad URL part, refused, wrong
  * password...). cmd_timeout_ms 0 means 10 s. */
@@ -107,7 +119,7 @@ sluice_err sluicei_conn_load_scripts(sluicei_conn *c);
 /* Sets the socket timeout for the following commands (0: c->cmd_timeout_ms). */
 void sluicei_conn_set_timeout(sluicei_conn *c, int timeout_ms);
 
-/* Error-message helpers shared by the address parsers (conn.c, cluster.c):
+/* Error-message helpers shared by the address parsers (conn.c, cluster_addr.c):
  * printf into err (nothing when err is NULL), and a printable one-line
  * quote of s[0..n) (control bytes as '?', cut with "..." after
  * SLUICEI_QUOTE_MAX bytes) for dst of at least SLUICEI_QUOTE_MAX + 8. */

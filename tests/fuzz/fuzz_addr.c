@@ -1,4 +1,4 @@
-/* libFuzzer target: many-server addresses (common/src/cluster.c): cluster
+/* libFuzzer target: many-server addresses (common/src/cluster_addr.c): cluster
  * seed lists and lists of servers, parsed without any I/O. Besides "no
  * crash": a parse either succeeds with a printable form or fails with a
  * message, and the classification of error replies and the key slot take

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cluster router (common/src/cluster.c) on a live 3-master cluster with
+# The cluster router (common/src/cluster*.c) on a live 3-master cluster with
 # one replica each: key slots agree with CLUSTER KEYSLOT, commands and
 # scripts reach the master of their queue's slot, MOVED is followed after a
 # slot moved, ASK during a half-done migration, and a killed master's
