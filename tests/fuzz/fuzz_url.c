@@ -1,4 +1,4 @@
-/* libFuzzer target: Redis address parsing (common/src/conn.c). Besides "no
+/* libFuzzer target: Redis address parsing (common/src/url.c). Besides "no
  * crash": a parse either succeeds with a host or a socket path, or fails
  * with a message; the message and the printable form never contain the
  * password. */

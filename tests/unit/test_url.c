@@ -1,4 +1,4 @@
-/* Redis URL parsing and description (common/src/conn.c). No Redis needed. */
+/* Redis URL parsing and description (common/src/url.c). No Redis needed. */
 #include "test.h"
 
 #include "conn.h"
