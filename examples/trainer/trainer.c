@@ -8,6 +8,10 @@
  * uses for an allreduce. After the job's last epoch a rank given the test
  * set scores the averaged model on it.
  *
+ * One file on purpose, though longer than the library's files: it is the
+ * example a user copies, built alone against an installed libsluice
+ * (examples/trainer/Makefile), and reads from top to bottom.
+ *
  *     sluice-trainer --redis URL --queue Q --rank R --world N \
  *         [--test-images FILE --test-labels FILE] [--ids-out FILE]
  *
