@@ -334,10 +334,8 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         e = SLUICE_ERR_NOQUEUE;
         goto out;
     }
-    long long ranks = m->element[1]->type == REDIS_REPLY_STRING
-                          ? strtoll(m->element[1]->str, NULL, 10) : 0;
-    long long lease = m->element[2]->type == REDIS_REPLY_STRING
-                          ? strtoll(m->element[2]->str, NULL, 10) : 0;
+    long long ranks = reply_num(m->element[1], 0);
+    long long lease = reply_num(m->element[2], 0);
     if (ranks > 0 && o->world == 0) {
         snprintf(errbuf, errlen,
                  "queue '%s' is coordinated over %lld ranks: open it with world=%lld and this "
@@ -356,14 +354,12 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         e = SLUICE_ERR_INVALID;
         goto out;
     }
-    c->lease_ms = lease > 0 ? lease : LEASE_DEFAULT_MS;
+    c->lease_ms = lease > 0 ? lease : SLUICE_LEASE_MS_DEFAULT;
     c->block_ms = c->lease_ms / 4 < BLOCK_MS ? (int)(c->lease_ms / 4) : BLOCK_MS;
     if (c->block_ms < 10)
         c->block_ms = 10;
     snprintf(c->block_arg, sizeof c->block_arg, "%d.%03d", c->block_ms / 1000, c->block_ms % 1000);
-    long long frame = m->element[3]->type == REDIS_REPLY_STRING
-                          ? strtoll(m->element[3]->str, NULL, 10)
-                          : (long long)SLUICEI_MAX_FRAME_DEFAULT;
+    long long frame = reply_num(m->element[3], (long long)SLUICEI_MAX_FRAME_DEFAULT);
     if (o->max_batch_bytes == 0) {
         c->max_batch_bytes = frame > 0 ? (size_t)frame : SLUICEI_MAX_FRAME_DEFAULT;
     } else if ((long long)o->max_batch_bytes < frame) {
@@ -376,9 +372,8 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
     if ((e = register_consumer(c, l, errbuf, errlen)) != SLUICE_OK)
         goto out;
     if (j->element[0]->type == REDIS_REPLY_STRING) {
-        long long epochs = strtoll(j->element[0]->str, NULL, 10);
-        long long open = j->element[1]->type == REDIS_REPLY_STRING
-                             ? strtoll(j->element[1]->str, NULL, 10) : 0;
+        long long epochs = reply_num(j->element[0], 0);
+        long long open = reply_num(j->element[1], 0);
         if (open < 0 || open > UINT32_MAX)
             open = 0;
         /* epoch_open only says which epochs have their end posted; their
@@ -468,6 +463,8 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
         o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
     c->reconnect_timeout_ms = o->reconnect_timeout_ms;
     c->rng = sluicei_random64() | 1;
+    sluicei_backoff_init(&c->backoff, SLUICEI_BACKOFF_MIN_MS, SLUICEI_BACKOFF_MAX_MS,
+                         sluicei_random64() | 1);
     snprintf(c->tok, sizeof c->tok, "%016" PRIx64, sluicei_random64());
     c->hand_fd = -1;
     c->producers_alive = -1;

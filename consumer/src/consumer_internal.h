@@ -12,7 +12,9 @@
 #include "cluster.h"
 #include "conn.h"
 #include "idset.h"
+#include "num.h"
 #include "proto.h"
+#include "retry.h"
 #include "wire.h"
 
 #include <hiredis/async.h>
@@ -41,9 +43,6 @@
 #define TICK_MS 100
 /* Poll period of the take script while Redis refuses BLMOVE (OOM). */
 #define OOM_POLL_MS 20
-/* Backoff between sessions: 50 ms doubling up to 2 s, +-25% jitter. */
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 2000
 /* How long close() tries to send its acks and hand batches back. */
 #define CLOSE_TIMEOUT_MS 3000
 /* Frame bytes one MGET should fetch at most (estimated from the last
@@ -53,7 +52,6 @@
 /* Ids remembered per generation of the duplicate filter; two generations
  * are kept, so memory stays bounded on a queue without epochs. */
 #define DUP_GEN_MAX 65536
-#define LEASE_DEFAULT_MS 10000
 /* Spare requests a consumer keeps for its next commands (send.c). */
 #define REQ_POOL_MAX 256
 /* Released batches whose acks wait for a busy loop before it is woken. */
@@ -276,8 +274,8 @@ struct sluice_consumer {
     size_t nrecover, recover_cap;
     idset dups[2];
     int dups_cur;
-    unsigned attempt;
-    uint64_t rng;
+    sluicei_backoff backoff;   /* between sessions (retry.h) */
+    uint64_t rng;              /* jitter of the reap period */
     int64_t next_beat_ms, next_reap_ms, next_role_ms;
     int beat_inflight, reap_inflight, role_inflight;
     int wait_now;              /* replicas each WAIT asks for: url.wait_replicas, but
@@ -419,5 +417,15 @@ void recover_close_step(sluice_consumer *c);
 /* ---- consumer.c: opening ---------------------------------------------- */
 
 void consumer_free(sluice_consumer *c);
+
+/* The value of a reply that holds a decimal string (HGET, HMGET's
+ * elements), else dflt: a field the scripts write as an integer. */
+static inline long long reply_num(const redisReply *r, long long dflt)
+{
+    int64_t v;
+    if (r && r->type == REDIS_REPLY_STRING && sluicei_parse_i64(r->str, INT64_MIN, INT64_MAX, &v) == 0)
+        return (long long)v;
+    return dflt;
+}
 
 #endif

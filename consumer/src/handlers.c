@@ -398,9 +398,8 @@ static void handle_job(sluice_consumer *c, redisReply *r)
     if (marker_error(c, "HMGET job", r))
         return;
     long long epochs = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
-        r->element[0]->type == REDIS_REPLY_STRING)
-        epochs = strtoll(r->element[0]->str, NULL, 10);
+    if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1)
+        epochs = reply_num(r->element[0], 0);
     c->mk_last = epochs > 0 && (long long)c->mk_epoch + 1 >= epochs;
 }
 
@@ -410,7 +409,7 @@ static void handle_efailed(sluice_consumer *c, redisReply *r)
 {
     if (marker_error(c, "HGET estats", r))
         return;
-    long long n = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    long long n = reply_num(r, 0);
     c->mk_nfailed = n > 0 && n <= UINT32_MAX ? (uint32_t)n : 0;
     if (c->mk_nfailed == 0) {
         publish_marker(c, "");

@@ -29,12 +29,19 @@ static void ring_add(sluice_consumer *c, const char *rid)
         }
     }
     acked_id a = {0};
-    char *end;
-    a.e = (uint32_t)strtoul(rid, &end, 10);
-    a.t = strtoull(end + 1, &end, 10);
-    a.seq = (uint32_t)strtoul(end + 1, &end, 10);
-    if (*end == ':')
-        a.pad = (uint32_t)strtoul(end + 4, NULL, 10);   /* ":pad<k>" */
+    /* rid was checked when it was taken (sluicei_rid_check). */
+    size_t len = strlen(rid), base = len;
+    int padding = 0;
+    sluice_batch_id id = {0};
+    uint64_t pad = 0;
+    sluicei_rid_check(rid, len, &base, &padding);
+    sluicei_batch_id_parse(rid, base, &id);
+    if (padding)   /* ":pad<k>" */
+        sluicei_parse_u64(rid + base + 4, len - base - 4, UINT32_MAX, &pad);
+    a.e = id.epoch;
+    a.t = id.task;
+    a.seq = id.seq;
+    a.pad = (uint32_t)pad;
     a.ms = now;
     c->ring[(c->ring_head + c->ring_len) % c->ring_cap] = a;
     if (c->ring_len == c->ring_cap)

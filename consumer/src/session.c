@@ -12,21 +12,6 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
-static int64_t backoff_ms(sluice_consumer *c)
-{
-    int64_t d = BACKOFF_MIN_MS;
-    for (unsigned i = 0; i < c->attempt && d < BACKOFF_MAX_MS; i++)
-        d *= 2;
-    if (d > BACKOFF_MAX_MS)
-        d = BACKOFF_MAX_MS;
-    c->attempt++;
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    /* +-25% so that consumers dropped together do not come back together. */
-    return d * 3 / 4 + (int64_t)(c->rng % (uint64_t)(d / 2 + 1));
-}
-
 /* Ends the current session: both connections are dropped, replies still
  * due are forgotten (their ids stay in pending:<cid>, the next session
  * finds them), and a new session is scheduled. Safe inside any callback:
@@ -82,7 +67,7 @@ void session_fail(sluice_consumer *c, const char *fmt, ...)
             event_base_loopbreak(c->base);
         return;
     }
-    loop_arm(c->retry_ev, closing ? BACKOFF_MIN_MS : backoff_ms(c));
+    loop_arm(c->retry_ev, closing ? SLUICEI_BACKOFF_MIN_MS : sluicei_backoff_next(&c->backoff));
 }
 
 static redisAsyncContext *conn_of(sluice_consumer *c, const redisAsyncContext *ac, int *which)
@@ -248,10 +233,7 @@ void session_start(sluice_consumer *c)
 int64_t session_reap_period(sluice_consumer *c)
 {
     int64_t half = c->lease_ms / 2 > 1 ? c->lease_ms / 2 : 1;
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    return half * 3 / 4 + (int64_t)(c->rng % (uint64_t)(half / 2 + 1));
+    return half * 3 / 4 + (int64_t)(sluicei_xorshift64(&c->rng) % (uint64_t)(half / 2 + 1));
 }
 
 /* Publishes the hand connection's socket to next(), once hiredis has
@@ -291,7 +273,7 @@ void session_hand_flush(sluice_consumer *c)
 static void session_ready(sluice_consumer *c)
 {
     c->state = ST_READY;
-    c->attempt = 0;
+    sluicei_backoff_reset(&c->backoff);
     mu_lock(c);
     if (c->ever_ready)
         c->st.reconnects++;

@@ -2,6 +2,7 @@
  * flush, set_task, close, counters. How a push travels is pipeline.c;
  * waiting for room is room.c; the lease and heartbeat are lease.c;
  * partitioned queues are group.c; tasks are task.c (producer_impl.h). */
+#include "num.h"
 #include "producer_impl.h"
 #include "producer_internal.h"
 
@@ -86,8 +87,10 @@ sluice_err producer_queue_exists(sluice_producer *p, int *exists, char *err, siz
     sluice_err e = sluicei_conn_command(p->conn, &r, "HMGET %s version max_frame", p->meta_key);
     if (e == SLUICE_OK && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
         *exists = r->element[0]->type == REDIS_REPLY_STRING;
-        if (r->element[1]->type == REDIS_REPLY_STRING)
-            p->max_frame = strtoull(r->element[1]->str, NULL, 10);
+        uint64_t v;
+        if (r->element[1]->type == REDIS_REPLY_STRING &&
+            sluicei_parse_u64(r->element[1]->str, r->element[1]->len, UINT64_MAX, &v) == 0)
+            p->max_frame = v;
     } else if (e == SLUICE_OK) {
         snprintf(err, errlen, "HMGET %s: unexpected reply", p->meta_key);
         e = SLUICE_ERR_PROTOCOL;
