@@ -19,6 +19,8 @@
  */
 #include "wire_check.h"
 
+#include "mpack.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,181 +39,107 @@ sluice_err wire_fail(char *err, size_t errlen, sluice_err code, const char *fmt,
     return code;
 }
 
-enum kind { K_NIL, K_BOOL, K_UINT, K_NEG, K_FLOAT, K_STR, K_BIN, K_EXT, K_ARRAY, K_MAP };
-
+/* Indexed by sluicei_mp_kind. */
 static const char *const kind_names[] = {"nil", "bool", "uint", "int", "float",
                                          "str", "bin", "ext", "array", "map"};
 
-/* One decoded msgpack header. */
+/* One decoded msgpack header, at its place in the frame. */
 struct hdr {
-    enum kind kind;
+    sluicei_mp_kind kind;
     size_t off;    /* where the header starts */
     size_t body;   /* where the payload or the first element starts */
-    uint64_t u;    /* K_UINT: value; K_STR/K_BIN/K_EXT: payload bytes;
-                    * K_ARRAY: elements; K_MAP: entries */
+    uint64_t u;    /* UINT: value; STR/BIN/EXT: payload bytes;
+                    * ARRAY: elements; MAP: entries */
     size_t end;    /* first byte after a scalar/str/bin/ext, == body for
                     * containers */
 };
 
-static uint64_t be(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static int64_t sext(uint64_t v, int bytes)
-{
-    /* Sign-extend without relying on implementation-defined conversions. */
-    uint64_t sign = (uint64_t)1 << (bytes * 8 - 1);
-    if (bytes == 8)
-        return v & sign ? -(int64_t)(~v) - 1 : (int64_t)v;
-    return (int64_t)(v ^ sign) - (int64_t)sign;
-}
-
 /* Reads the header at off. Never reads outside p[0..len); fails unless the
  * payload of a str/bin/ext fits in what remains and an array/map could hold
  * its elements at one byte each. A non-negative value stored in a signed
- * encoding is a K_UINT, as msgpack-c reads it. */
+ * encoding is a UINT, as msgpack-c reads it. The lengths are
+ * sluicei_mp_head()'s (mpack.h); the messages say which one failed. */
 static sluice_err read_hdr(const uint8_t *p, size_t len, size_t off, struct hdr *h, char *err,
                            size_t errlen)
 {
     if (off >= len)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                          "offset %zu: frame ends where a value should start", off);
+    sluicei_mp_hdr m;
+    int r = sluicei_mp_head(p + off, len - off, &m);
     uint8_t c = p[off];
-    int extra = 0;      /* header bytes after the type byte */
-    int lenbytes = 0;   /* of those, how many encode a length or count */
-    uint64_t fixed = 0; /* payload bytes of fixed-size types */
-    h->off = off;
-    h->u = 0;
-    if (c <= 0x7f) {
-        h->kind = K_UINT;
-        h->u = c;
-    } else if (c <= 0x8f) {
-        h->kind = K_MAP;
-        h->u = c & 0x0f;
-    } else if (c <= 0x9f) {
-        h->kind = K_ARRAY;
-        h->u = c & 0x0f;
-    } else if (c <= 0xbf) {
-        h->kind = K_STR;
-        h->u = c & 0x1f;
-    } else if (c >= 0xe0) {
-        h->kind = K_NEG;
-    } else {
-        switch (c) {
-        case 0xc0: h->kind = K_NIL; break;
-        case 0xc2: case 0xc3: h->kind = K_BOOL; break;
-        case 0xc4: case 0xc5: case 0xc6:
-            h->kind = K_BIN; extra = lenbytes = 1 << (c - 0xc4); break;
-        case 0xc7: case 0xc8: case 0xc9:
-            h->kind = K_EXT; lenbytes = 1 << (c - 0xc7); extra = lenbytes + 1; break;
-        case 0xca: h->kind = K_FLOAT; fixed = 4; break;
-        case 0xcb: h->kind = K_FLOAT; fixed = 8; break;
-        case 0xcc: case 0xcd: case 0xce: case 0xcf:
-            h->kind = K_UINT; extra = 1 << (c - 0xcc); break;
-        case 0xd0: case 0xd1: case 0xd2: case 0xd3:
-            h->kind = K_NEG; extra = 1 << (c - 0xd0); break;
-        case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
-            h->kind = K_EXT; extra = 1; h->u = (uint64_t)1 << (c - 0xd4); break;
-        case 0xd9: case 0xda: case 0xdb:
-            h->kind = K_STR; extra = lenbytes = 1 << (c - 0xd9); break;
-        case 0xdc: case 0xdd:
-            h->kind = K_ARRAY; extra = lenbytes = 2 << (c - 0xdc); break;
-        case 0xde: case 0xdf:
-            h->kind = K_MAP; extra = lenbytes = 2 << (c - 0xde); break;
-        default:
-            return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
-                             "offset %zu: invalid type byte 0x%02x", off, c);
-        }
-    }
-    if ((size_t)extra > len - off - 1)
+    if (r == SLUICEI_MP_BAD)
+        return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL, "offset %zu: invalid type byte 0x%02x",
+                         off, c);
+    if (m.size > len - off)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
-                         "offset %zu: type byte 0x%02x needs %d more bytes but only %zu remain",
-                         off, c, extra, len - off - 1);
-    const uint8_t *x = p + off + 1;
-    if (lenbytes)
-        h->u = be(x, lenbytes);
-    else if (h->kind == K_UINT && extra)
-        h->u = be(x, extra);
-    else if (h->kind == K_NEG && extra) {
-        int64_t v = sext(be(x, extra), extra);
-        if (v >= 0) {
-            h->kind = K_UINT;
-            h->u = (uint64_t)v;
-        }
-    }
-    h->body = off + 1 + (size_t)extra;
+                         "offset %zu: type byte 0x%02x needs %u more bytes but only %zu remain",
+                         off, c, m.size - 1, len - off - 1);
+    h->kind = m.kind;
+    h->off = off;
+    h->u = m.u;
+    h->body = off + m.size;
     size_t left = len - h->body;
     switch (h->kind) {
-    case K_STR: case K_BIN: case K_EXT:
-        if (h->u > left)
+    case SLUICEI_MP_STR: case SLUICEI_MP_BIN: case SLUICEI_MP_EXT:
+        if (r != SLUICEI_MP_OK)
             return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                              "offset %zu: %s of %llu bytes but only %zu bytes remain", h->body,
                              kind_names[h->kind], (unsigned long long)h->u, left);
-        h->end = h->body + (size_t)h->u;
         break;
-    case K_ARRAY:
+    case SLUICEI_MP_ARRAY:
         if (h->u > left)
             return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                              "offset %zu: array of %llu elements but only %zu bytes remain",
                              h->body, (unsigned long long)h->u, left);
-        h->end = h->body;
         break;
-    case K_MAP:
+    case SLUICEI_MP_MAP:
         if (h->u * 2 > left)
             return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                              "offset %zu: map of %llu entries but only %zu bytes remain", h->body,
                              (unsigned long long)h->u, left);
-        h->end = h->body;
         break;
     default:
-        if (fixed > left)
+        if (r != SLUICEI_MP_OK)
             return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                              "offset %zu: %s needs %llu bytes but only %zu remain", h->body,
-                             kind_names[h->kind], (unsigned long long)fixed, left);
-        h->end = h->body + (size_t)fixed;
+                             kind_names[h->kind], (unsigned long long)m.payload, left);
         break;
     }
+    h->end = h->body + (size_t)m.payload;
     return SLUICE_OK;
 }
 
-/* Skips the object at *off, however deeply nested, without recursion: it
- * counts the objects still owed. Safe on unvalidated bytes because
- * read_hdr() bounds every count by the bytes that remain. */
+/* Skips the object at *off, however deeply nested, without recursion
+ * (sluicei_mp_skip()). Safe on unvalidated bytes: the walk ends within the
+ * bytes that remain. */
 static sluice_err skip_obj(const uint8_t *p, size_t len, size_t *off, char *err, size_t errlen)
 {
-    uint64_t owed = 1;
-    size_t o = *off;
-    while (owed > 0) {
-        struct hdr h;
-        sluice_err e = read_hdr(p, len, o, &h, err, errlen);
-        if (e != SLUICE_OK)
-            return e;
-        owed--;
-        if (h.kind == K_ARRAY)
-            owed += h.u;
-        else if (h.kind == K_MAP)
-            owed += h.u * 2;
-        o = h.end;
+    sluicei_mp_scan st = {0, 0};
+    size_t n;
+    if (*off <= len && sluicei_mp_skip(p + *off, len - *off, &st, &n) == SLUICEI_MP_OK) {
+        *off += n;
+        return SLUICE_OK;
     }
-    *off = o;
-    return SLUICE_OK;
+    /* The walk stopped at a header read_hdr() refuses too; it says why. */
+    struct hdr h;
+    sluice_err e = read_hdr(p, len, *off + st.at, &h, err, errlen);
+    return e != SLUICE_OK ? e
+                          : wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
+                                      "offset %zu: value cut short", *off + st.at);
 }
 
 static bool str_is(const uint8_t *p, const struct hdr *h, const char *s)
 {
     size_t n = strlen(s);
-    return h->kind == K_STR && h->u == n && memcmp(p + h->body, s, n) == 0;
+    return h->kind == SLUICEI_MP_STR && h->u == n && memcmp(p + h->body, s, n) == 0;
 }
 
 /* Records in *lo where the value of the top-level key k starts. */
 static sluice_err note_key(const uint8_t *p, const struct hdr *k, struct wire_layout *lo, char *err,
                            size_t errlen)
 {
-    if (k->kind != K_STR)
+    if (k->kind != SLUICEI_MP_STR)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                          "offset %zu: top-level key is a %s, not a str", k->off,
                          kind_names[k->kind]);
@@ -253,13 +181,13 @@ static sluice_err walk_structure(const uint8_t *p, size_t len, struct wire_layou
          * means a key: note where known values start, in this same pass. */
         if (depth == 1 && owed[0] % 2 == 0 && (e = note_key(p, &h, lo, err, errlen)) != SLUICE_OK)
             return e;
-        if (h.kind == K_ARRAY || h.kind == K_MAP) {
+        if (h.kind == SLUICEI_MP_ARRAY || h.kind == SLUICEI_MP_MAP) {
             if (depth == SLUICE_MAX_DEPTH)
                 return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                                  "offset %zu: %s nested deeper than %d levels", h.off,
                                  kind_names[h.kind], SLUICE_MAX_DEPTH);
             if (h.u > 0) {
-                owed[depth++] = h.kind == K_MAP ? h.u * 2 : h.u;
+                owed[depth++] = h.kind == SLUICEI_MP_MAP ? h.u * 2 : h.u;
                 continue;
             }
         }
@@ -294,7 +222,7 @@ static sluice_err read_uint(const uint8_t *p, size_t len, size_t off, const char
     sluice_err e = read_hdr(p, len, off, &h, err, errlen);
     if (e != SLUICE_OK)
         return e;
-    if (h.kind != K_UINT)
+    if (h.kind != SLUICEI_MP_UINT)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                          "offset %zu: field \"%s\": expected an unsigned integer, got %s", off,
                          field, kind_names[h.kind]);
@@ -310,13 +238,13 @@ static sluice_err check_id(const uint8_t *p, size_t len, size_t off, sluice_batc
     sluice_err e = read_hdr(p, len, off, &h, err, errlen);
     if (e != SLUICE_OK)
         return e;
-    if (h.kind == K_ARRAY && h.u == 3) {
+    if (h.kind == SLUICEI_MP_ARRAY && h.u == 3) {
         size_t o = h.body;
         for (int i = 0; i < 3; i++) {
             struct hdr x;
             if ((e = read_hdr(p, len, o, &x, err, errlen)) != SLUICE_OK)
                 return e;
-            if (x.kind != K_UINT)
+            if (x.kind != SLUICEI_MP_UINT)
                 goto bad;
             v[i] = x.u;
             o = x.end;
@@ -345,7 +273,7 @@ static sluice_err check_head(const uint8_t *p, size_t len, size_t *off, uint64_t
     sluice_err e = read_hdr(p, len, 0, &m, err, errlen);
     if (e != SLUICE_OK)
         return e;
-    if (m.kind != K_MAP)
+    if (m.kind != SLUICEI_MP_MAP)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL, "offset 0: frame is not a map (got %s)",
                          kind_names[m.kind]);
     if (m.u == 0)
@@ -358,10 +286,10 @@ static sluice_err check_head(const uint8_t *p, size_t len, size_t *off, uint64_t
                          m.body);
     if ((e = read_hdr(p, len, k.end, &v, err, errlen)) != SLUICE_OK)
         return e;
-    if (v.kind != K_UINT || v.u == 0)
+    if (v.kind != SLUICEI_MP_UINT || v.u == 0)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                          "offset %zu: field \"v\": expected a positive integer, got %s", k.end,
-                         v.kind == K_UINT ? "0" : kind_names[v.kind]);
+                         v.kind == SLUICEI_MP_UINT ? "0" : kind_names[v.kind]);
     if (v.u != SLUICE_WIRE_VERSION)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                          "offset %zu: unsupported wire version %llu (this library reads %d)", k.end,
@@ -378,7 +306,7 @@ static sluice_err check_records(const uint8_t *p, size_t len, size_t off, uint64
     sluice_err e = read_hdr(p, len, off, &h, err, errlen);
     if (e != SLUICE_OK)
         return e;
-    if (h.kind != K_ARRAY)
+    if (h.kind != SLUICEI_MP_ARRAY)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                          "offset %zu: field \"r\": expected an array of bin, got %s", off,
                          kind_names[h.kind]);
@@ -399,7 +327,7 @@ static sluice_err check_records(const uint8_t *p, size_t len, size_t off, uint64
         struct hdr x;
         if ((e = read_hdr(p, len, o, &x, err, errlen)) != SLUICE_OK)
             return e;
-        if (x.kind != K_BIN && x.kind != K_STR)
+        if (x.kind != SLUICEI_MP_BIN && x.kind != SLUICEI_MP_STR)
             return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                              "offset %zu: field \"r\": record %llu is a %s, not bin or str", o,
                              (unsigned long long)i, kind_names[x.kind]);
@@ -416,7 +344,7 @@ static sluice_err check_tensor_map(const uint8_t *p, size_t len, size_t off, con
     sluice_err e = read_hdr(p, len, off, &h, err, errlen);
     if (e != SLUICE_OK)
         return e;
-    if (h.kind != K_MAP)
+    if (h.kind != SLUICEI_MP_MAP)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                          "offset %zu: tensor \"%s\": expected a map, got %s", off, name,
                          kind_names[h.kind]);
@@ -428,7 +356,7 @@ static sluice_err check_tensor_map(const uint8_t *p, size_t len, size_t off, con
     for (uint64_t i = 0; i < h.u; i++) {
         if ((e = read_hdr(p, len, o, &k, err, errlen)) != SLUICE_OK)
             return e;
-        if (k.kind != K_STR)
+        if (k.kind != SLUICEI_MP_STR)
             return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                              "offset %zu: tensor \"%s\": key is a %s, not a str", o, name,
                              kind_names[k.kind]);
@@ -446,7 +374,7 @@ static sluice_err check_tensor_map(const uint8_t *p, size_t len, size_t off, con
         if (seen)
             *seen = vo;
         if (seen == &at_dtype) {
-            if (v.kind != K_STR)
+            if (v.kind != SLUICEI_MP_STR)
                 return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                                  "offset %zu: tensor \"%s\": expected \"dtype\" as str, got %s", vo,
                                  name, kind_names[v.kind]);
@@ -458,21 +386,21 @@ static sluice_err check_tensor_map(const uint8_t *p, size_t len, size_t off, con
                                  printable(p + v.body, (size_t)v.u, buf));
             }
         } else if (seen == &at_shape) {
-            if (v.kind != K_ARRAY || v.u < 1 || v.u > SLUICE_MAX_DIMS)
+            if (v.kind != SLUICEI_MP_ARRAY || v.u < 1 || v.u > SLUICE_MAX_DIMS)
                 goto bad_shape;
             size_t so = v.body;
             for (uint64_t d = 0; d < v.u; d++) {
                 struct hdr x;
                 if ((e = read_hdr(p, len, so, &x, err, errlen)) != SLUICE_OK)
                     return e;
-                if (x.kind != K_UINT)
+                if (x.kind != SLUICEI_MP_UINT)
                     goto bad_shape;
                 shape[d] = x.u;
                 so = x.end;
             }
             ndim = (int)v.u;
         } else if (seen == &at_data) {
-            if (v.kind != K_BIN)
+            if (v.kind != SLUICEI_MP_BIN)
                 return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                                  "offset %zu: tensor \"%s\": expected \"data\" as bin, got %s", vo,
                                  name, kind_names[v.kind]);
@@ -516,7 +444,7 @@ static sluice_err check_tensors(const uint8_t *p, size_t len, size_t off, uint64
     sluice_err e = read_hdr(p, len, off, &h, err, errlen);
     if (e != SLUICE_OK)
         return e;
-    if (h.kind != K_MAP)
+    if (h.kind != SLUICEI_MP_MAP)
         return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                          "offset %zu: field \"x\": expected a map of tensors, got %s", off,
                          kind_names[h.kind]);
@@ -531,7 +459,7 @@ static sluice_err check_tensors(const uint8_t *p, size_t len, size_t off, uint64
         char name[65];
         if ((e = read_hdr(p, len, o, k, err, errlen)) != SLUICE_OK)
             return e;
-        if (k->kind != K_STR || k->u == 0 || k->u > SLUICE_MAX_TENSOR_NAME)
+        if (k->kind != SLUICEI_MP_STR || k->u == 0 || k->u > SLUICE_MAX_TENSOR_NAME)
             return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                              "offset %zu: field \"x\": tensor name must be a str of 1 to %d bytes",
                              o, SLUICE_MAX_TENSOR_NAME);
@@ -569,7 +497,7 @@ static sluice_err check_schema(const uint8_t *p, size_t len, const struct wire_l
         struct hdr h;
         if ((e = read_hdr(p, len, lo->p, &h, err, errlen)) != SLUICE_OK)
             return e;
-        if (h.kind != K_STR || h.u > SLUICE_MAX_PRODUCER_ID)
+        if (h.kind != SLUICEI_MP_STR || h.u > SLUICE_MAX_PRODUCER_ID)
             return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
                              "offset %zu: field \"p\": expected a str of at most %d bytes", lo->p,
                              SLUICE_MAX_PRODUCER_ID);
@@ -637,7 +565,7 @@ sluice_err sluicei_wire_peek_id(const void *p, size_t len, sluice_batch_id *id)
     /* Encoders put "id" second, so this normally reads one key. */
     for (uint64_t i = 1; i < entries; i++) {
         struct hdr k;
-        if (read_hdr(p, len, off, &k, NULL, 0) != SLUICE_OK || k.kind != K_STR)
+        if (read_hdr(p, len, off, &k, NULL, 0) != SLUICE_OK || k.kind != SLUICEI_MP_STR)
             return SLUICE_ERR_PROTOCOL;
         if (str_is(p, &k, "id"))
             return check_id(p, len, k.end, id, NULL, 0);
