@@ -1,4 +1,6 @@
 /* Batch wire format v1: pack, validate, unpack. No I/O. Internal header.
+ * wire_encode.c packs, wire_check.c validates, wire_decode.c unpacks,
+ * batch.c holds the decoded batch's accessors and the dtypes.
  *
  * A frame is one msgpack map whose first key is "v" (see docs/PROTOCOL.md).
  * Decoding never lets the frame choose an allocation size: the frame length
@@ -8,6 +10,8 @@
 #define SLUICE_WIRE_H
 
 #include <sluice/batch.h>
+
+#include <stdbool.h>
 
 #define SLUICE_MAX_PRODUCER_ID 64   /* bytes of the "p" field */
 #define SLUICE_MAX_TENSORS 64       /* entries of the "x" map */
@@ -73,6 +77,15 @@ sluice_err sluicei_wire_decode_ext(const void *p, size_t len, size_t max_bytes, 
 void *sluicei_batch_room(const sluice_batch *b, size_t size);
 
 /* sluice_wire_decode() (batch.h) is the short form: no owner, no error text. */
+
+/* A new zeroed batch with room bytes reserved after it (see
+ * sluicei_batch_room()); NULL when out of memory. sluice_batch_free()
+ * frees it. */
+sluice_batch *sluicei_batch_new(size_t room);
+
+/* Bytes of a tensor of ndim dimensions shape[] of elem-byte elements in
+ * *out; false when that overflows 64 bits. */
+bool sluicei_tensor_bytes(const uint64_t *shape, int ndim, size_t elem, uint64_t *out);
 
 /* The decoded batch, filled by the decoder. */
 struct sluice_batch {

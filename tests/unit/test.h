@@ -28,6 +28,7 @@ void test_env_restore(void);
 
 /* One suite per file: a NULL-terminated table defined there. */
 extern const struct test wire_tests[];
+extern const struct test mpack_tests[];
 extern const struct test url_tests[];
 extern const struct test proto_tests[];
 extern const struct test reader_tests[];

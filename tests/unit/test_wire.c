@@ -1,4 +1,4 @@
-/* Unit tests of the batch wire format v1 (common/src/wire.c). */
+/* Unit tests of the batch wire format v1 (common/src/wire_*.c, batch.c). */
 #include "test.h"
 #include "wire.h"
 

@@ -6,6 +6,7 @@
  * stdout (or the other way round) never blocks: stderr is kept as a
  * 512-byte tail for the error message. */
 #include "../reader.h"
+#include "mpack.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -32,12 +33,6 @@ extern char **environ;
 
 static const sluicei_reader_format exec_format;
 
-/* Progress of object_length() through a frame that is still arriving. */
-typedef struct scan_state {
-    uint64_t todo;            /* objects still to skip; 0: not started */
-    size_t at;                /* bytes of the frame scanned */
-} scan_state;
-
 typedef struct exec_source {
     sluicei_source base;
     char *cmd;                /* as given, for messages */
@@ -59,7 +54,7 @@ typedef struct exec_source {
     unsigned char *rowbuf;
     size_t rowcap;
     uint64_t frames;
-    scan_state scan;
+    sluicei_mp_scan scan;     /* how far the next frame was walked (mpack.h) */
 } exec_source;
 
 /* ---- the command line ---------------------------------------------------- */
@@ -351,81 +346,6 @@ static sluice_err next_framed(exec_source *s, sluice_record *rec, char *err, siz
 
 /* ---- msgpack frames ----------------------------------------------------------- */
 
-/* Length of the msgpack object at p[0..n): 0 when more bytes are needed,
- * (size_t)-1 when it is not msgpack (a reserved byte). Iterative: counts
- * the objects still to skip, so nesting costs nothing. Resumable: *st
- * keeps how far the scan got (zero it for a new object), so that a large
- * frame arriving in many reads is scanned once, not once per read. */
-static size_t object_length(const unsigned char *p, size_t n, scan_state *st)
-{
-    if (st->todo == 0) {
-        st->todo = 1;
-        st->at = 0;
-    }
-    while (st->todo > 0) {
-        size_t at = st->at;
-        if (at >= n)
-            return 0;
-        unsigned char b = p[at++];
-        uint64_t skip = 0, add = 0;
-        int lenbytes = 0, kind = 0;   /* kind: 0 skip bytes, 1 array, 2 map */
-        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
-            ;
-        else if (b >= 0x80 && b <= 0x8f)
-            add = 2 * (uint64_t)(b & 0x0f);
-        else if (b >= 0x90 && b <= 0x9f)
-            add = b & 0x0f;
-        else if (b >= 0xa0 && b <= 0xbf)
-            skip = b & 0x1f;
-        else
-            switch (b) {
-            case 0xc4: case 0xd9: lenbytes = 1; break;
-            case 0xc5: case 0xda: lenbytes = 2; break;
-            case 0xc6: case 0xdb: lenbytes = 4; break;
-            case 0xc7: lenbytes = 1; skip = 1; break;   /* ext 8: + type byte */
-            case 0xc8: lenbytes = 2; skip = 1; break;
-            case 0xc9: lenbytes = 4; skip = 1; break;
-            case 0xca: skip = 4; break;
-            case 0xcb: skip = 8; break;
-            case 0xcc: case 0xd0: skip = 1; break;
-            case 0xcd: case 0xd1: skip = 2; break;
-            case 0xce: case 0xd2: skip = 4; break;
-            case 0xcf: case 0xd3: skip = 8; break;
-            case 0xd4: skip = 2; break;
-            case 0xd5: skip = 3; break;
-            case 0xd6: skip = 5; break;
-            case 0xd7: skip = 9; break;
-            case 0xd8: skip = 17; break;
-            case 0xdc: lenbytes = 2; kind = 1; break;
-            case 0xdd: lenbytes = 4; kind = 1; break;
-            case 0xde: lenbytes = 2; kind = 2; break;
-            case 0xdf: lenbytes = 4; kind = 2; break;
-            default: return (size_t)-1;   /* 0xc1 */
-            }
-        if (lenbytes) {
-            if (n - at < (size_t)lenbytes)
-                return 0;
-            uint64_t v = 0;
-            for (int i = 0; i < lenbytes; i++)
-                v = v << 8 | p[at + (size_t)i];
-            at += (size_t)lenbytes;
-            if (kind == 1)
-                add = v;
-            else if (kind == 2)
-                add = 2 * v;
-            else
-                skip += v;
-        }
-        if (skip > n - at)
-            return 0;
-        st->at = at + (size_t)skip;
-        st->todo += add - 1;
-    }
-    size_t len = st->at;
-    st->at = 0;
-    return len;
-}
-
 /* Reads and decodes the next frame into s->batch; SLUICE_EOF at the end. */
 static sluice_err next_frame(exec_source *s, char *err, size_t errlen)
 {
@@ -433,13 +353,13 @@ static sluice_err next_frame(exec_source *s, char *err, size_t errlen)
     size_t flen;
     sluice_err e;
     for (;;) {
-        flen = object_length(s->buf + s->pos, s->len - s->pos, &s->scan);
-        if (flen == (size_t)-1) {
+        int r = sluicei_mp_skip(s->buf + s->pos, s->len - s->pos, &s->scan, &flen);
+        if (r == SLUICEI_MP_BAD) {
             snprintf(err, errlen, "exec: %s: frame %" PRIu64 " is not msgpack", s->cmd,
                      s->frames);
             return SLUICE_ERR_FORMAT;
         }
-        if (flen > 0)
+        if (r == SLUICEI_MP_OK)
             break;
         if (s->len - s->pos > max) {
             snprintf(err, errlen, "exec: %s: frame %" PRIu64 " exceeds %zu bytes", s->cmd,
