@@ -34,6 +34,7 @@
  * that times out is no error: the group is stored, only not known to be
  * on a replica yet); so is every task_done. */
 #include "producer_impl.h"
+#include "retry.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -43,15 +44,6 @@
 static int starts_with(const char *s, const char *prefix)
 {
     return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-/* Server conditions that pass by themselves (restart, failover, a busy
- * script) or that a reload fixes (NOSCRIPT). */
-static int transient_error(const char *msg)
-{
-    return starts_with(msg, "LOADING") || starts_with(msg, "BUSY") ||
-           starts_with(msg, "TRYAGAIN") || starts_with(msg, "MASTERDOWN") ||
-           starts_with(msg, "NOSCRIPT");
 }
 
 /* A retryable error reply (cluster.h) on a routed connection: the
@@ -66,12 +58,12 @@ int pipe_redirect_error(const sluice_producer *p, const char *msg)
 void pipe_redirect_over(sluice_producer *p)
 {
     p->redirect_since = 0;
-    p->redirect_pause_ms = 0;
+    sluicei_backoff_reset(&p->redirect_backoff);
 }
 
 /* After a retryable error reply msg to `what` on a routed connection:
  * drops the connection, so that the next connect (pipe_recover()) asks the
- * router where the queue lives now, and pauses (doubling, see the top).
+ * router where the queue lives now, and pauses (redirect_backoff: 100 ms doubling to 2 s, retry.h).
  * SLUICE_ERR_REDIS (errstr set) once the series lasted longer than
  * reconnect_timeout_ms (when set); SLUICE_ERR_IO when stopped. */
 sluice_err pipe_redirect_pause(sluice_producer *p, const char *what, const char *msg)
@@ -86,14 +78,11 @@ sluice_err pipe_redirect_pause(sluice_producer *p, const char *what, const char 
         pipe_redirect_over(p);
         return SLUICE_ERR_REDIS;
     }
-    p->redirect_pause_ms = p->redirect_pause_ms == 0 ? REDIRECT_PAUSE_MS
-                           : p->redirect_pause_ms >= REDIRECT_PAUSE_MAX_MS / 2
-                               ? REDIRECT_PAUSE_MAX_MS
-                               : p->redirect_pause_ms * 2;
+    int64_t pause = sluicei_backoff_next(&p->redirect_backoff);
     char why[sizeof p->conn->errstr];
     snprintf(why, sizeof why, "%s: redis: %.400s", what, msg);
     sluicei_conn_drop(p->conn, why);
-    for (int64_t end = now + p->redirect_pause_ms; (now = sluicei_now_ms()) < end;) {
+    for (int64_t end = now + pause; (now = sluicei_now_ms()) < end;) {
         if (producer_stopped(p)) {
             producer_seterr(p, "%s: stopped while the queue's node was changing (%.200s)", what,
                             msg);
@@ -285,11 +274,14 @@ static enum slot_state group_error_kind(sluice_producer *p, const char *msg)
         snprintf(p->redirect_msg, sizeof p->redirect_msg, "%s", msg);
         return SLOT_TRANSIENT;
     }
-    if (transient_error(msg)) {
-        if (starts_with(msg, "NOSCRIPT"))
-            p->reload_scripts = 1;
+    /* Server conditions that pass by themselves (retry.h), or that a
+     * reload fixes (NOSCRIPT). */
+    if (starts_with(msg, "NOSCRIPT")) {
+        p->reload_scripts = 1;
         return SLOT_TRANSIENT;
     }
+    if (sluicei_error_transient(msg, strlen(msg)))
+        return SLOT_TRANSIENT;
     return SLOT_FAILED;
 }
 

@@ -59,6 +59,8 @@ sluice_err producer_new(sluice_producer **out, const sluice_producer_opts *o,
         return SLUICE_ERR_NOMEM;
     }
     p->gmax = p->nslots / 2 < 1 ? 1 : p->nslots / 2 > GROUP_MAX ? GROUP_MAX : p->nslots / 2;
+    sluicei_backoff_init(&p->redirect_backoff, REDIRECT_PAUSE_MS, REDIRECT_PAUSE_MAX_MS,
+                         sluicei_random64() | 1);
     snprintf(p->queue, sizeof p->queue, "%s", q);
     sluicei_key(p->room_key, p->queue, "room");
     sluicei_key(p->meta_key, p->queue, "meta");

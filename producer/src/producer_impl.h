@@ -28,6 +28,7 @@
 #include "conn.h"
 #include "conn_send.h"
 #include "proto.h"
+#include "retry.h"
 #include "taskdef.h"
 #include "wire.h"
 
@@ -74,7 +75,7 @@
  * (so that a partition that drains at once does not make tasks hop). */
 #define SPILL_AFTER_MS 200
 /* Pause after a retryable error reply on a routed connection: doubles
- * from the first to the second. */
+ * from the first to the second, +-25% (retry.h). */
 #define REDIRECT_PAUSE_MS 100
 #define REDIRECT_PAUSE_MAX_MS 2000
 /* A partition's name "Q#p" (proto.h). */
@@ -163,7 +164,7 @@ struct sluice_producer {
     int redirected;                    /* a group was refused by one: drop the connection */
     char redirect_msg[200];            /* that reply */
     int64_t redirect_since;            /* monotonic start of the present series; 0: none */
-    int redirect_pause_ms;             /* the pause before the next try */
+    sluicei_backoff redirect_backoff;  /* the pauses between tries (retry.h) */
     redisReply *exec_reply;            /* with WAIT: the oldest group's EXEC reply, applied
                                           when its WAIT answered */
     /* WAIT asks for at most the replicas the node has connected (ROLE), so

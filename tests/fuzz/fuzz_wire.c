@@ -1,4 +1,4 @@
-/* libFuzzer target: the batch validator and decoder (common/src/wire.c).
+/* libFuzzer target: the batch validator and decoder (common/src/wire_check.c, wire_decode.c).
  * Checks, beyond "no crash": validate and decode agree; a failed decode
  * leaves no batch; peek_id agrees with decode; every record and tensor byte
  * of a decoded batch is readable; re-encoding a decoded record batch gives
