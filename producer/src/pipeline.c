@@ -63,7 +63,8 @@ void pipe_redirect_over(sluice_producer *p)
 
 /* After a retryable error reply msg to `what` on a routed connection:
  * drops the connection, so that the next connect (pipe_recover()) asks the
- * router where the queue lives now, and pauses (redirect_backoff: 100 ms doubling to 2 s, retry.h).
+ * router where the queue lives now, and pauses (redirect_backoff: 100 ms
+ * doubling to 2 s, retry.h).
  * SLUICE_ERR_REDIS (errstr set) once the series lasted longer than
  * reconnect_timeout_ms (when set); SLUICE_ERR_IO when stopped. */
 sluice_err pipe_redirect_pause(sluice_producer *p, const char *what, const char *msg)
