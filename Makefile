@@ -122,7 +122,7 @@ $(BUILD)/sluice-trainer: $(BUILD)/examples/trainer/trainer.o $(BUILD)/libsluice.
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS) -lm
 
 $(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(JOB_OBJ) $(CLI_OBJ) $(BUILD)/libsluice.a
-	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS) -lm
 
 # Test data generator used by the integration tests.
 $(BUILD)/gen-tfrecord: $(BUILD)/tests/tools/gen-tfrecord.o $(BUILD)/producer/job/crc32c.o

@@ -159,22 +159,9 @@ void group_probe_reply(sluice_producer *c, redisReply **r)
     *r = NULL;
 }
 
-/* The scripts' room rule, has_room in common/lua/lib.lua (task_claim uses
- * it, push holds a copy), for a batch of an epoch ahead of the trainers:
- * whether a queue that holds count batches of used bytes has room for one
- * more of size bytes within 3/4 of its budgets maxn and maxb (at least one
- * batch). Written again here because no script answers the question
- * without claiming a task or pushing: a probe through a script would be a
- * change of the protocol. Keep it the same as the Lua function. */
-static int has_room_ahead(int64_t count, int64_t used, int64_t size, int64_t maxn, int64_t maxb)
-{
-    int64_t roomn = maxn * 3 / 4 > 1 ? maxn * 3 / 4 : 1, roomb = maxb * 3 / 4;
-    return count + 1 <= roomn && used + size <= roomb;
-}
-
 /* Whether a partition of group g other than from's has room and tasks
  * waiting: room for one more batch of `frame` bytes within 3/4 of both
- * budgets (has_room_ahead()), which is what the push script admits for an
+ * budgets (sluicei_room_ahead()), which is what the push script admits for an
  * epoch ahead of the trainers. Anything less would send the producer to a partition that
  * refuses it too, and back (the task it handed back is still first in
  * line where it was). One round trip, to every such partition at once;
@@ -215,7 +202,7 @@ int group_spill_target(sluice_producer *g, const sluice_producer *from, size_t f
             int64_t held = producer_reply_int(r[1]), used = producer_reply_int(r[2]),
                     waiting = producer_reply_int(r[3]);
             if (maxn > 0 && maxb > 0 && held >= 0 && used >= 0 && waiting > 0 &&
-                has_room_ahead(held, used, (int64_t)frame, maxn, maxb))
+                sluicei_room_ahead(held, used, (int64_t)frame, maxn, maxb))
                 found = 1;
         }
         for (int i = 0; i < 4; i++)

@@ -300,4 +300,8 @@ static inline int64_t producer_reply_int(const redisReply *r)
     return r->type == REDIS_REPLY_NIL ? 0 : -1;
 }
 
+/* The room rule of the scripts (has_room in common/lua/lib.lua) for a
+ * batch of an epoch ahead of the trainers (room.c). */
+int sluicei_room_ahead(int64_t count, int64_t used, int64_t size, int64_t maxn, int64_t maxb);
+
 #endif

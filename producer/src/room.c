@@ -282,3 +282,17 @@ sluice_err room_retry_refused(sluice_producer *p)
     }
     return SLUICE_OK;
 }
+
+/* The scripts' room rule, has_room in common/lua/lib.lua (task_claim uses
+ * it, push holds a copy), for a batch of an epoch ahead of the trainers:
+ * whether a queue that holds count batches of used bytes has room for one
+ * more of size bytes within 3/4 of its budgets maxn and maxb (at least one
+ * batch). Written again here because no script answers the question
+ * without claiming a task or pushing: a probe through a script would be a
+ * change of the protocol. Keep it the same as the Lua function
+ * (tests/unit/test_room.c compares them). */
+int sluicei_room_ahead(int64_t count, int64_t used, int64_t size, int64_t maxn, int64_t maxb)
+{
+    int64_t roomn = maxn * 3 / 4 > 1 ? maxn * 3 / 4 : 1, roomb = maxb * 3 / 4;
+    return count + 1 <= roomn && used + size <= roomb;
+}

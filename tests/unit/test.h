@@ -38,5 +38,6 @@ extern const struct test cluster_tests[];
 extern const struct test num_tests[];
 extern const struct test batcher_tests[];
 extern const struct test idset_tests[];
+extern const struct test room_tests[];
 
 #endif
