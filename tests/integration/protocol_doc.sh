@@ -74,6 +74,14 @@ done
 walkers=$(grep -ln "redis.call('\(SCAN\|KEYS\)'" "$ROOT"/common/lua/*.lua || true)
 [[ -z $walkers ]] || fail "scripts that walk the key space: $walkers"
 
+# The lease default is sluice/common.h's, also where a script falls back
+# on it for a queue created without lease_ms.
+c_lease=$(sed -n 's/^#define SLUICE_LEASE_MS_DEFAULT \([0-9]*\)$/\1/p' "$ROOT/common/include/sluice/common.h")
+[[ -n $c_lease ]] || fail "no SLUICE_LEASE_MS_DEFAULT in sluice/common.h"
+lua_lease=$(grep -ho "'lease_ms') or '[0-9]*'" "$ROOT"/common/lua/*.lua | sort -u)
+[[ $lua_lease == "'lease_ms') or '$c_lease'" ]] ||
+    fail "the scripts' lease default ($lua_lease) is not SLUICE_LEASE_MS_DEFAULT ($c_lease)"
+
 # The room rule is one function: push.lua, which runs without lib.lua (a
 # client may take it from the doc as it is), holds has_room word for word.
 fn() { awk '/^local function has_room\(/ {on = 1} on {print} on && /^end$/ {exit}' "$1"; }
