@@ -2,29 +2,12 @@
  * and what a producer reads back when it claims one. The error messages
  * are those producers have always written into a task's error. */
 #include "taskdef.h"
+#include "num.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Parses all of s[0..len) as a decimal number (digits only, len >= 1). */
-static int parse_dec(const char *s, size_t len, uint64_t *v)
-{
-    uint64_t x = 0;
-    if (len == 0)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (x > (UINT64_MAX - d) / 10)
-            return -1;
-        x = x * 10 + d;
-    }
-    *v = x;
-    return 0;
-}
 
 char *sluicei_taskdef_encode(const char *reader, const char *const *paths, size_t npaths,
                              uint64_t start, uint64_t end)
@@ -107,10 +90,9 @@ sluice_err sluicei_taskdef_decode(const char *def, size_t len, sluicei_taskdef *
     b->d.npaths = npaths;
     b->d.start = 0;
     b->d.end = UINT64_MAX;
-    if (field[0][0] == '\0' ||
-        (field[1][0] && parse_dec(field[1], strlen(field[1]), &b->d.start)) ||
-        (field[2][0] && parse_dec(field[2], strlen(field[2]), &b->d.end)) ||
-        b->d.start > b->d.end) {
+    const size_t l1 = strlen(field[1]), l2 = strlen(field[2]);
+    if (field[0][0] == '\0' || (l1 && sluicei_parse_u64(field[1], l1, UINT64_MAX, &b->d.start)) ||
+        (l2 && sluicei_parse_u64(field[2], l2, UINT64_MAX, &b->d.end)) || b->d.start > b->d.end) {
         snprintf(why, whylen, "the definition's reader or record range is malformed "
                  "(reader '%.64s', start '%.32s', end '%.32s')", field[0], field[1], field[2]);
         free(b);

@@ -363,6 +363,10 @@ void loop_stop(sluice_consumer **cs, int n);
 
 /* ---- session.c: connections, setup, the hand connection --------------- */
 
+/* Closes the three connections; replies still due are dropped (the
+ * session generation moves on) and next() stops writing to the hand
+ * socket first. */
+void session_drop_conns(sluice_consumer *c);
 void session_fail(sluice_consumer *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_start(sluice_consumer *c);
 void session_setup_reply(sluice_consumer *c, req *q, redisReply *r);

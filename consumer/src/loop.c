@@ -264,17 +264,7 @@ static void *loop_main(void *arg)
     sluice_consumer *c = arg;
     session_start(c);
     event_base_dispatch(c->base);
-    /* Replies still due belong to no one now. */
-    c->gen++;
-    mu_lock(c);
-    c->hand_fd = -1;
-    mu_unlock(c);
-    for (int i = 0; i < NCONN; i++) {
-        redisAsyncContext *ac = c->ac[i];
-        c->ac[i] = NULL;
-        if (ac)
-            redisAsyncFree(ac);
-    }
+    session_drop_conns(c);
     /* The router belongs to this thread (cluster.h: not thread-safe). */
     sluicei_router_close(c->router);
     c->router = NULL;

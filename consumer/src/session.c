@@ -12,6 +12,23 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
+void session_drop_conns(sluice_consumer *c)
+{
+    /* Replies still due belong to no one now. */
+    c->gen++;
+    /* next() stops writing to the hand socket before it is closed. */
+    mu_lock(c);
+    c->hand_fd = -1;
+    mu_unlock(c);
+    for (int i = 0; i < NCONN; i++) {
+        redisAsyncContext *ac = c->ac[i];
+        c->ac[i] = NULL;
+        c->pend[i] = 0;
+        if (ac)
+            redisAsyncFree(ac);
+    }
+}
+
 /* Ends the current session: both connections are dropped, replies still
  * due are forgotten (their ids stay in pending:<cid>, the next session
  * finds them), and a new session is scheduled. Safe inside any callback:
@@ -26,19 +43,8 @@ void session_fail(sluice_consumer *c, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
 
-    c->gen++;
     c->state = ST_DOWN;
-    /* next() stops writing to the hand socket before it is closed. */
-    mu_lock(c);
-    c->hand_fd = -1;
-    mu_unlock(c);
-    for (int i = 0; i < NCONN; i++) {
-        redisAsyncContext *ac = c->ac[i];
-        c->ac[i] = NULL;
-        c->pend[i] = 0;
-        if (ac)
-            redisAsyncFree(ac);
-    }
+    session_drop_conns(c);
     c->blocking = 0;
     c->op = OP_NONE;
     c->op_left = 0;

@@ -1,6 +1,7 @@
 /* Manifest parsing (manifest.h); task definitions are encoded by the
  * codec of common/src/taskdef.c. */
 #include "manifest.h"
+#include "num.h"
 #include "reader.h"
 #include "taskdef.h"
 
@@ -35,24 +36,6 @@ void sluicei_shards_free(sluicei_shard *s, size_t n)
     for (size_t i = 0; i < n; i++)
         sluicei_shard_clear(&s[i]);
     free(s);
-}
-
-/* Parses a decimal uint64 from p[0..len): digits only, no overflow. */
-static int parse_u64(const char *p, size_t len, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (len == 0)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        if (p[i] < '0' || p[i] > '9')
-            return -1;
-        unsigned d = (unsigned)(p[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return 0;
 }
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -165,8 +148,9 @@ static sluice_err parse_line(parser *p, char *line)
                 break;
             }
             have_range = 1;
-            if (!colon || (colon > v && parse_u64(v, (size_t)(colon - v), &start) != 0) ||
-                (colon[1] && parse_u64(colon + 1, strlen(colon + 1), &end) != 0) ||
+            if (!colon ||
+                (colon > v && sluicei_parse_u64(v, (size_t)(colon - v), UINT64_MAX, &start)) ||
+                (colon[1] && sluicei_parse_u64(colon + 1, strlen(colon + 1), UINT64_MAX, &end)) ||
                 start > end) {
                 e = fail(p, SLUICE_ERR_INVALID, "bad range '%s' (want records=START:END, "
                          "decimal, START <= END, either may be empty)", tok);
@@ -180,7 +164,7 @@ static sluice_err parse_line(parser *p, char *line)
                 break;
             }
             have_split = 1;
-            if (parse_u64(tok + 6, strlen(tok + 6), &split) != 0 || split < 1 ||
+            if (sluicei_parse_u64(tok + 6, strlen(tok + 6), UINT64_MAX, &split) != 0 || split < 1 ||
                 split > MAX_SPLIT) {
                 e = fail(p, SLUICE_ERR_INVALID, "bad split '%s' (want split=N, N 1..%d)", tok,
                          MAX_SPLIT);

@@ -1,6 +1,7 @@
 /* Tasks of a job (producer.h): claim (on a plain or a partitioned queue),
  * done, fail, release (hand back), and the check of a task's pushes after
  * Redis restarted. A task's definition is decoded by common/src/taskdef.c. */
+#include "num.h"
 #include "producer_impl.h"
 
 #include <inttypes.h>
@@ -17,24 +18,6 @@ typedef struct task_box {
     sluicei_taskdef *def;              /* owned */
 } task_box;
 
-/* Parses all of s[0..len) as a decimal number <= max. */
-static int parse_dec(const char *s, size_t len, uint64_t max, uint64_t *v)
-{
-    uint64_t x = 0;
-    if (len == 0)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        unsigned d = (unsigned)(s[i] - '0');
-        if (x > (max - d) / 10)
-            return -1;
-        x = x * 10 + d;
-    }
-    *v = x;
-    return 0;
-}
-
 /* A script reply that is a number, whether Redis sent it as an integer
  * (HINCRBY) or as a string (HGET). */
 static int reply_u64(const redisReply *r, uint64_t max, uint64_t *v)
@@ -44,7 +27,7 @@ static int reply_u64(const redisReply *r, uint64_t max, uint64_t *v)
         return 0;
     }
     if (r->type == REDIS_REPLY_STRING)
-        return parse_dec(r->str, r->len, max, v);
+        return sluicei_parse_u64(r->str, r->len, max, v);
     return -1;
 }
 
@@ -103,8 +86,8 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
     const char *key, *colon;
     if (r->elements < 6 || r->element[1]->type != REDIS_REPLY_STRING ||
         (key = r->element[1]->str, colon = strchr(key, ':')) == NULL ||
-        parse_dec(key, (size_t)(colon - key), UINT32_MAX, &epoch) ||
-        parse_dec(colon + 1, strlen(colon + 1), UINT64_MAX, &shard) ||
+        sluicei_parse_u64(key, (size_t)(colon - key), UINT32_MAX, &epoch) ||
+        sluicei_parse_u64(colon + 1, strlen(colon + 1), UINT64_MAX, &shard) ||
         strlen(key) >= sizeof p->task_key) {
         producer_seterr(p, "task_claim on queue '%s': malformed 'task' reply", p->queue);
         return SLUICE_ERR_PROTOCOL;
