@@ -175,10 +175,11 @@ unit: $(BUILD)/dump-idx $(BUILD)/examples/libupper.so
 
 # The clock-skew shim (LD_PRELOAD; SLUICE_SKEW_MS shifts the wall clock) of
 # tests/integration/clock_skew.sh and tests/faults/churn.sh. Built without
-# $(SAN): a preloaded sanitized object would need its runtime loaded first.
+# $(SAN): a preloaded sanitized object would need its runtime loaded first;
+# with default visibility: its functions must interpose on libc's.
 $(BUILD)/libskew.so: tests/tools/skew.c
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) $(CFLAGS) -shared $< -o $@ $(LDFLAGS) -ldl
+	$(CC) $(BASE_CFLAGS) -fvisibility=default $(CFLAGS) -shared $< -o $@ $(LDFLAGS) -ldl
 
 unit: $(BUILD)/libskew.so
 
