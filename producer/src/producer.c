@@ -151,8 +151,13 @@ sluice_err sluice_producer_open(sluice_producer **out, const sluice_producer_opt
     if (e == SLUICE_OK && sluicei_router_kind_of(r) == SLUICEI_ROUTER_SINGLE) {
         /* One server: a plain queue is opened as it always was (its meta
          * key is there); the router serves only to find partitions. */
-        e = sluicei_conn_open(&p->conn, o->redis_url, o->connect_timeout_ms, CMD_TIMEOUT_MS, err,
-                              sizeof err);
+        sluicei_url u;
+        e = sluicei_router_url(r, p->queue, 0, &u, err, sizeof err);
+        if (e == SLUICE_OK) {
+            e = sluicei_conn_open_url(&p->conn, &u, o->connect_timeout_ms, CMD_TIMEOUT_MS, err,
+                                      sizeof err);
+            sluicei_url_free(&u);
+        }
         if (e == SLUICE_OK)
             e = producer_queue_exists(p, &exists, err, sizeof err);
         if (e == SLUICE_OK && !exists)

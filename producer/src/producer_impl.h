@@ -43,7 +43,7 @@
 #define GROUP_MAX 64
 #define GROUP_BYTES ((size_t)1 << 20)
 /* Socket timeout; must exceed the BLPOP timeout below. */
-#define CMD_TIMEOUT_MS 10000
+#define CMD_TIMEOUT_MS SLUICE_COMMAND_TIMEOUT_MS_DEFAULT
 #define ROOM_WAIT_S 1
 /* Pause before retrying after a transient server error (LOADING...). */
 #define TRANSIENT_PAUSE_MS 100
@@ -57,7 +57,6 @@
 #define MAX_LOSSES_PER_PUSH 8
 /* Heartbeat period: the producers hash and pstats:<pid> (sluice-ctl info). */
 #define BEAT_MS 1000
-#define LEASE_MS_DEFAULT 10000
 /* Longest wait on task_wake before claiming again (each claim reaps). */
 #define TASK_WAIT_S 1
 /* task_done rounds of "Redis restarted: check the pushes first" before it

@@ -106,8 +106,9 @@ static void note_room(sluice_producer *p, int64_t waited_ms)
         r[4]->elements == 2) {
         int64_t now = producer_reply_int(r[4]->element[0]) * 1000 +
                       producer_reply_int(r[4]->element[1]) / 1000;
-        int64_t lease =
-            producer_reply_int(r[0]->element[2]) > 0 ? producer_reply_int(r[0]->element[2]) : 10000;
+        int64_t lease = producer_reply_int(r[0]->element[2]) > 0
+                            ? producer_reply_int(r[0]->element[2])
+                            : SLUICE_LEASE_MS_DEFAULT;
         int alive = 0;
         for (size_t i = 0; i < r[3]->elements; i++)
             alive += now - producer_reply_int(r[3]->element[i]) <= lease;

@@ -243,7 +243,7 @@ static sluice_err claim_args(sluice_producer *p, int *lease_ms)
         return SLUICE_ERR_INVALID;
     }
     if (*lease_ms == 0)
-        *lease_ms = LEASE_MS_DEFAULT;
+        *lease_ms = SLUICE_LEASE_MS_DEFAULT;
     return SLUICE_OK;
 }
 

@@ -128,7 +128,7 @@ typedef struct sluice_task {
  * sluice_producer_task_done/_fail/_release; the producer's batch ids now
  * count within it (as sluice_producer_set_task(epoch, shard)). SLUICE_EOF:
  * the job is finished (or there is no job). SLUICE_ERR_TIMEOUT: no task
- * free yet. lease_ms 0 means 10000.
+ * free yet. lease_ms 0 means SLUICE_LEASE_MS_DEFAULT (10000).
  *
  * A task handed back with a resume point (sluice_producer_task_release)
  * comes with it: its pushes below that seq are stored already, so they
