@@ -1,8 +1,8 @@
 /* What the files of the producer half (producer/src) share: the producer's
  * struct, its tunables, and the functions one file offers the others.
  * Internal: not installed, and not for sluice-producer either (it has
- * producer_internal.h). Each function's contract is written at its
- * definition.
+ * producer_internal.h and gauges.h). Each function's contract is written
+ * at its definition.
  *
  *   producer.c  the API: open, push, flush, set_task, close, counters
  *   pipeline.c  pushes in flight: groups, the request, replies, a lost
@@ -14,6 +14,8 @@
  *   group.c     partitioned queues: the children, their heartbeats,
  *               probes for room                                 (group_)
  *   task.c      tasks: claim, done, fail, release, check
+ *   gauges.c    a queue's gauges and a producer's counters, read back for
+ *               sluice-producer's metrics (gauges.h)
  *
  * Pushes live in a ring of max_inflight slots; each slot owns the frame it
  * sent, so that a push can be sent again after a lost connection or a
