@@ -6,18 +6,12 @@
 
 #include <sluice/common.h>
 
-#include "num.h"
 
 static const char *prog_name = "sluice";
 
 void sluicei_cli_init(const char *prog)
 {
     prog_name = prog;
-}
-
-const char *sluicei_cli_prog(void)
-{
-    return prog_name;
 }
 
 int sluicei_usage_error(const char *fmt, ...)
@@ -54,15 +48,6 @@ int sluicei_flag_value(int argc, char **argv, int *i, const char *name, const ch
 int sluicei_flag_is(const char *arg, const char *name, const char *alias)
 {
     return strcmp(arg, name) == 0 || (alias && strcmp(arg, alias) == 0);
-}
-
-int sluicei_flag_int(const char *flag, const char *val, int64_t min, int64_t max, int64_t *out)
-{
-    if (sluicei_parse_i64(val, min, max, out) == 0)
-        return 0;
-    sluicei_usage_error("%s: '%.64s' is not an integer from %lld to %lld", flag, val,
-                        (long long)min, (long long)max);
-    return -1;
 }
 
 int sluicei_cli_version(const char *arg, FILE *out)

@@ -1,7 +1,7 @@
 /* What the three programs (sluice-producer, sluice-consume, sluice-ctl)
  * share on their command line: one way to read "--flag value" and
- * "--flag=value", to report a usage error, to parse a number flag, and
- * --version. Not part of libsluice.
+ * "--flag=value", to report a usage error, and --version (numbers:
+ * common/src/num.h). Not part of libsluice.
  *
  * Exit statuses are the same in every program: 0 success, 1 a runtime
  * error, 2 a usage error. */
@@ -17,7 +17,6 @@
 
 /* The program's name in messages ("sluice-ctl"); main() sets it first. */
 void sluicei_cli_init(const char *prog);
-const char *sluicei_cli_prog(void);
 
 /* Prints "PROG: <message>" and "try 'PROG --help'" to stderr; returns
  * SLUICEI_EXIT_USAGE. */
@@ -32,10 +31,6 @@ int sluicei_flag_value(int argc, char **argv, int *i, const char *name, const ch
 /* Whether argv[*i] is a flag without value: exactly name, or alias (may be
  * NULL). */
 int sluicei_flag_is(const char *arg, const char *name, const char *alias);
-
-/* Parses the value of flag as an integer in [min, max]. Returns 0, or
- * prints "FLAG: 'VAL' is not an integer from MIN to MAX" and returns -1. */
-int sluicei_flag_int(const char *flag, const char *val, int64_t min, int64_t max, int64_t *out);
 
 /* Handles --version and -V: prints "PROG VERSION" and the library's
  * version to out. Returns 1 when arg is one of them, else 0. */
