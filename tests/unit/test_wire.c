@@ -1,4 +1,7 @@
-/* Unit tests of the batch wire format v1 (common/src/wire_*.c, batch.c). */
+/* Unit tests of the batch wire format v1 (common/src/wire_*.c, batch.c).
+ * Longer than ~800 lines because it is one table of frames: the hostile
+ * ones are built with the same msgpack helpers as the good ones, at the
+ * top, and each case is a few lines. */
 #include "test.h"
 #include "wire.h"
 
