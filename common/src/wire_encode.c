@@ -100,6 +100,28 @@ static sluice_err check_meta(const sluicei_batch_meta *m, const char **producer,
     return *plen <= SLUICE_MAX_PRODUCER_ID ? SLUICE_OK : SLUICE_ERR_INVALID;
 }
 
+/* Starts a frame of need bytes at most (SIZE_MAX: too big) in out: one
+ * reservation up front, so that every byte is copied exactly once, then
+ * the map of six entries, the metadata and the key of the payload, "r"
+ * (records) or "x" (tensors). */
+static sluice_err begin_frame(sluicei_buf *out, size_t need, msgpack_packer *pk,
+                              const sluicei_batch_meta *m, const char *producer, size_t plen,
+                              uint64_t n, const char *payload_key)
+{
+    if (need == SIZE_MAX)
+        return SLUICE_ERR_TOOBIG;
+    out->len = 0;
+    if (sluicei_buf_reserve(out, need) != SLUICE_OK)
+        return SLUICE_ERR_NOMEM;
+    msgpack_packer_init(pk, out, buf_write);
+    if (msgpack_pack_map(pk, 6) || pack_meta(pk, m, producer, plen, n) ||
+        pack_key(pk, payload_key)) {
+        out->len = 0;
+        return SLUICE_ERR_NOMEM;
+    }
+    return SLUICE_OK;
+}
+
 sluice_err sluicei_wire_encode_records(sluicei_buf *out, const sluicei_batch_meta *m,
                                        const sluice_record *recs, size_t n)
 {
@@ -122,17 +144,10 @@ sluice_err sluicei_wire_encode_records(sluicei_buf *out, const sluicei_batch_met
             return SLUICE_ERR_INVALID;
         need = add_sat(need, add_sat(recs[i].len, 5));
     }
-    if (need == SIZE_MAX)
-        return SLUICE_ERR_TOOBIG;
-
-    out->len = 0;
-    /* One reservation up front: every record is copied exactly once. */
-    if (sluicei_buf_reserve(out, need) != SLUICE_OK)
-        return SLUICE_ERR_NOMEM;
     msgpack_packer pk;
-    msgpack_packer_init(&pk, out, buf_write);
-    if (msgpack_pack_map(&pk, 6) || pack_meta(&pk, m, producer, plen, n) || pack_key(&pk, "r") ||
-        msgpack_pack_array(&pk, n))
+    if ((e = begin_frame(out, need, &pk, m, producer, plen, n, "r")) != SLUICE_OK)
+        return e;
+    if (msgpack_pack_array(&pk, n))
         goto nomem;
     for (size_t i = 0; i < n; i++)
         if (msgpack_pack_bin(&pk, recs[i].len) ||
@@ -187,16 +202,10 @@ sluice_err sluicei_wire_encode_tensors(sluicei_buf *out, const sluicei_batch_met
                 return SLUICE_ERR_INVALID;
         need = add_sat(need, add_sat(t[i].nbytes, 128));
     }
-    if (need == SIZE_MAX)
-        return SLUICE_ERR_TOOBIG;
-
-    out->len = 0;
-    if (sluicei_buf_reserve(out, need) != SLUICE_OK)
-        return SLUICE_ERR_NOMEM;
     msgpack_packer pk;
-    msgpack_packer_init(&pk, out, buf_write);
-    if (msgpack_pack_map(&pk, 6) || pack_meta(&pk, m, producer, plen, n) || pack_key(&pk, "x") ||
-        msgpack_pack_map(&pk, nt))
+    if ((e = begin_frame(out, need, &pk, m, producer, plen, n, "x")) != SLUICE_OK)
+        return e;
+    if (msgpack_pack_map(&pk, nt))
         goto nomem;
     for (size_t i = 0; i < nt; i++) {
         const char *dn = sluice_dtype_name(t[i].dtype);
