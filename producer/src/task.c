@@ -634,10 +634,15 @@ sluice_err sluice_producer_task_release(sluice_producer *p, sluice_task *t)
         return SLUICE_ERR_INVALID;
     if (p->nparts > 0) {
         sluice_producer *c = p->part[p->cur];
+        int spilled = c->spilled;
         p->task_held = NULL;
-        if (c->spilled && c->spill_why == room_why_partition)
+        if (spilled && c->spill_why == room_why_partition)
             p->spilled_from = p->cur;
-        return producer_fwd(p, c, sluice_producer_task_release(c, t));
+        sluice_err e = sluice_producer_task_release(c, t);
+        /* "handed back (it resumes at batch N): why", as for a plain queue. */
+        if (e == SLUICE_OK && spilled)
+            snprintf(p->errstr, sizeof p->errstr, "%s", c->errstr);
+        return producer_fwd(p, c, e);
     }
     int ok = pipe_settle(p, 0) == SLUICE_OK;
     char why[SLUICE_MAX_PRODUCER_ID + 64];
