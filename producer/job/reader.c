@@ -82,6 +82,18 @@ static sluice_err range_error(const sluicei_reader *r, uint64_t total, char *err
     return SLUICE_ERR_FORMAT;
 }
 
+/* Keeps the first n (at most SLUICEI_READER_MAX_COLUMNS) of columns c as
+ * the reader's: the shape and type every later file's rows must have. */
+static void keep_columns(sluicei_reader *r, const sluicei_column *c, size_t n)
+{
+    if (n > SLUICEI_READER_MAX_COLUMNS)
+        n = SLUICEI_READER_MAX_COLUMNS;
+    if (n)
+        memcpy(r->cols, c, n * sizeof *c);
+    r->ncols = n;
+    r->have_cols = 1;
+}
+
 static int same_columns(const sluicei_column *a, size_t na, const sluicei_column *b, size_t nb)
 {
     if (na != nb)
@@ -113,12 +125,7 @@ static sluice_err open_next(sluicei_reader *r, char *err, size_t errlen)
     size_t n = 0;
     const sluicei_column *c = r->fmt->columns ? r->fmt->columns(r->src, &n) : NULL;
     if (!r->have_cols) {
-        if (n > SLUICEI_READER_MAX_COLUMNS)
-            n = SLUICEI_READER_MAX_COLUMNS;
-        if (n)
-            memcpy(r->cols, c, n * sizeof *c);
-        r->ncols = n;
-        r->have_cols = 1;
+        keep_columns(r, c, n);
     } else if (!same_columns(r->cols, r->ncols, c, n)) {
         snprintf(err, errlen, "%s: rows differ in shape or type from those of %s", group[0],
                  r->paths[0]);
@@ -293,12 +300,7 @@ sluice_err sluicei_reader_adopt(sluicei_reader **out, sluicei_source *s, char *e
     r->end = UINT64_MAX;
     size_t n = 0;
     const sluicei_column *c = s->fmt->columns ? s->fmt->columns(s, &n) : NULL;
-    if (n > SLUICEI_READER_MAX_COLUMNS)
-        n = SLUICEI_READER_MAX_COLUMNS;
-    if (n)
-        memcpy(r->cols, c, n * sizeof *c);
-    r->ncols = n;
-    r->have_cols = 1;
+    keep_columns(r, c, n);
     *out = r;
     return SLUICE_OK;
 }
