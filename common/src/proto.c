@@ -192,26 +192,32 @@ sluice_err sluicei_script_load(sluicei_conn *c)
 
 #define MAX_SCRIPT_ARGS 32
 
-static sluice_err build_call(sluicei_conn *c, const char *verb, const char *body, const char *q,
-                             int argc, const char **argv, const size_t *argvlen,
-                             const char **av, size_t *al, char *key)
+/* A script call: EVALSHA <sha> 1 sluice:{q}:meta ARGV... */
+typedef struct script_call {
+    const char *av[4 + MAX_SCRIPT_ARGS];
+    size_t al[4 + MAX_SCRIPT_ARGS];
+    char key[SLUICE_MAX_KEY];
+} script_call;
+
+static sluice_err build_call(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,
+                             const char **argv, const size_t *argvlen, script_call *k)
 {
     if (argc > MAX_SCRIPT_ARGS) {
         snprintf(c->errstr, sizeof c->errstr, "script call with %d arguments", argc);
         return SLUICE_ERR_INVALID;
     }
-    sluicei_key(key, q, "meta");
-    av[0] = verb;
-    al[0] = strlen(verb);
-    av[1] = body;
-    al[1] = strlen(body);
-    av[2] = "1";
-    al[2] = 1;
-    av[3] = key;
-    al[3] = strlen(key);
+    sluicei_key(k->key, q, "meta");
+    k->av[0] = "EVALSHA";
+    k->al[0] = strlen("EVALSHA");
+    k->av[1] = sluicei_lua_shas[id];
+    k->al[1] = strlen(sluicei_lua_shas[id]);
+    k->av[2] = "1";
+    k->al[2] = 1;
+    k->av[3] = k->key;
+    k->al[3] = strlen(k->key);
     for (int i = 0; i < argc; i++) {
-        av[4 + i] = argv[i];
-        al[4 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
+        k->av[4 + i] = argv[i];
+        k->al[4 + i] = argvlen ? argvlen[i] : strlen(argv[i]);
     }
     return SLUICE_OK;
 }
@@ -219,37 +225,29 @@ static sluice_err build_call(sluicei_conn *c, const char *verb, const char *body
 sluice_err sluicei_script_append(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,
                                  const char **argv, const size_t *argvlen)
 {
-    const char *av[4 + MAX_SCRIPT_ARGS];
-    size_t al[4 + MAX_SCRIPT_ARGS];
-    char key[SLUICE_MAX_KEY];
-    sluice_err e = build_call(c, "EVALSHA", sluicei_lua_shas[id], q, argc, argv, argvlen, av,
-                              al, key);
-    if (e != SLUICE_OK)
-        return e;
-    return sluicei_conn_append_argv(c, 4 + argc, av, al);
+    script_call k;
+    sluice_err e = build_call(c, id, q, argc, argv, argvlen, &k);
+    return e != SLUICE_OK ? e : sluicei_conn_append_argv(c, 4 + argc, k.av, k.al);
 }
 
 sluice_err sluicei_script_run(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,
                               const char **argv, const size_t *argvlen, redisReply **out)
 {
-    const char *av[4 + MAX_SCRIPT_ARGS];
-    size_t al[4 + MAX_SCRIPT_ARGS];
-    char key[SLUICE_MAX_KEY];
+    script_call k;
     *out = NULL;
-    sluice_err e = build_call(c, "EVALSHA", sluicei_lua_shas[id], q, argc, argv, argvlen, av,
-                              al, key);
+    sluice_err e = build_call(c, id, q, argc, argv, argvlen, &k);
     if (e != SLUICE_OK)
         return e;
-    e = sluicei_conn_commandargv(c, out, 4 + argc, av, al);
+    e = sluicei_conn_commandargv(c, out, 4 + argc, k.av, k.al);
     if (e == SLUICE_ERR_REDIS && *out && strncmp((*out)->str, "NOSCRIPT", 8) == 0) {
         /* The server lost its script cache (restart, SCRIPT FLUSH). */
         freeReplyObject(*out);
         *out = NULL;
-        av[0] = "EVAL";
-        al[0] = 4;
-        av[1] = script_src[id];
-        al[1] = strlen(script_src[id]);
-        e = sluicei_conn_commandargv(c, out, 4 + argc, av, al);
+        k.av[0] = "EVAL";
+        k.al[0] = 4;
+        k.av[1] = script_src[id];
+        k.al[1] = strlen(script_src[id]);
+        e = sluicei_conn_commandargv(c, out, 4 + argc, k.av, k.al);
     }
     if (e == SLUICE_ERR_REDIS && *out)
         e = sluicei_reply_error_code(*out);
