@@ -88,7 +88,8 @@ SLUICE_EXPORT size_t sluice_batch_num_tensors(const sluice_batch *b);
 /* Tensor i, or NULL when out of range. */
 SLUICE_EXPORT const sluice_tensor *sluice_batch_tensor(const sluice_batch *b, size_t i);
 /* The tensor called name, or NULL. */
-SLUICE_EXPORT const sluice_tensor *sluice_batch_find_tensor(const sluice_batch *b, const char *name);
+SLUICE_EXPORT const sluice_tensor *sluice_batch_find_tensor(const sluice_batch *b,
+                                                         const char *name);
 /* How many times this batch was handed to a consumer, this time included:
  * 1 on first delivery, more when a consumer died or gave it back unacked.
  * Always 1 for a batch decoded outside a consumer. */
@@ -100,8 +101,9 @@ SLUICE_EXPORT uint32_t sluice_batch_deliveries(const sluice_batch *b);
 SLUICE_EXPORT int sluice_batch_is_padding(const sluice_batch *b);
 
 /* Decodes one frame as producers write it (docs/PROTOCOL.md, "Wire
- * format") into *out, checking it whole: a frame over max_bytes, truncated, or not of the format is SLUICE_ERR_PROTOCOL, and *out
- * is NULL. The batch copies nothing: its records and tensors point into p,
+ * format") into *out, checking it whole: a frame over max_bytes,
+ * truncated, or not of the format is SLUICE_ERR_PROTOCOL, and *out is
+ * NULL. The batch copies nothing: its records and tensors point into p,
  * which must outlive it. Free it with sluice_batch_free(). */
 SLUICE_EXPORT sluice_err sluice_wire_decode(const void *p, size_t len, size_t max_bytes,
                                             sluice_batch **out);
