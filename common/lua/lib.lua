@@ -63,8 +63,8 @@ end
 -- (at least one batch), so that a task of the current epoch that must be
 -- redone finds room. task_claim asks it for a batch of one byte; push
 -- holds a copy (it runs standalone, without lib: keep the two the same);
--- so does a producer probing other partitions (producer/src/group.c,
--- group_spill_target), with ahead.
+-- so does a producer probing other partitions (producer/src/room.c,
+-- sluicei_room_ahead), with ahead.
 local function has_room(count, used, size, maxn, maxb, ahead)
   if ahead then
     maxn = math.max(1, math.floor(maxn * 3 / 4))
