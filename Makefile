@@ -75,6 +75,14 @@ all: $(BUILD)/libsluice.a $(BUILD)/libsluice.so $(BUILD)/sluice.pc $(PROGRAMS)
 deps:
 	@scripts/install-deps.sh
 
+# A plain build on a machine without the packages says what to do first.
+ifneq ($(filter-out deps clean uninstall test test-faults soak asan valgrind demo bench fuzz \
+                    compose-check,$(or $(MAKECMDGOALS),all)),)
+ifneq ($(shell pkg-config --exists $(PKGS) 2>/dev/null && echo ok),ok)
+$(warning sluice: the packages of $(PKGS) are not all installed: run `make deps` first)
+endif
+endif
+
 $(BUILD)/%.o: %.c $(HEADERS) $(INTERNAL_HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(call INC_OF,$<) -c $< -o $@
