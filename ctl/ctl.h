@@ -18,6 +18,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The most epochs a job may have (submit --epochs). */
+#define CTL_MAX_EPOCHS 1000000
+
 /* Longest partition name: SLUICE_MAX_QUEUE_NAME and "#1023". */
 #define PART_NAME_MAX (SLUICE_MAX_QUEUE_NAME + 8)
 

@@ -443,6 +443,13 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     in->epochs = h[H_JOB]->elements ? hnum(h[H_JOB], "epochs") : 1;
     if (in->epochs < 1)
         in->epochs = 1;
+    if (in->epochs > CTL_MAX_EPOCHS) {
+        /* Each epoch costs an allocation and reads: a value no submit
+         * writes is not believed. */
+        fprintf(stderr, "sluice-ctl: queue '%s': its job says %lld epochs, more than %d\n", q,
+                in->epochs, CTL_MAX_EPOCHS);
+        goto out;
+    }
     if (fields_of_reply(&in->meta, h[H_META]) || fields_of_reply(&in->stats, h[H_STATS]) ||
         fields_of_reply(&in->towner, h[H_TOWNER]) || fields_of_reply(&in->crank, h[H_CRANK]) ||
         read_job(&in->job, h[H_JOB]) || read_failed(in, failed, h)) {

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_EPOCHS 1000000
 #define MAX_BATCH_SIZE 1000000
 #define MAX_ATTEMPTS 1000
 /* Most tasks (shards x epochs) one submit may queue. */
@@ -23,7 +22,7 @@ int submit_parse(int argc, char **argv, submit_opts *o)
         size_t off;             /* of a uint64_t in submit_opts */
         uint64_t max;
     } nums[] = {
-        {"--epochs", offsetof(submit_opts, epochs), MAX_EPOCHS},
+        {"--epochs", offsetof(submit_opts, epochs), CTL_MAX_EPOCHS},
         {"--batch-size", offsetof(submit_opts, batch_size), MAX_BATCH_SIZE},
         {"--max-attempts", offsetof(submit_opts, max_attempts), MAX_ATTEMPTS},
         {"--max-crashes", offsetof(submit_opts, max_crashes), MAX_ATTEMPTS},
