@@ -52,7 +52,7 @@ LIB_SRC := $(wildcard common/src/*.c consumer/src/*.c producer/src/*.c)
 JOB_SRC := $(wildcard producer/job/*.c producer/job/readers/*.c)
 CLI_SRC := $(wildcard common/cli/*.c)
 LUA_SCRIPTS := create delete push take claim ack requeue reap beat dead deadadmin restore \
-               submit task_claim task_renew task_done task_fail task_check
+               submit task_claim task_renew task_done task_fail task_check checkpoint
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/lua_scripts.o
 JOB_OBJ := $(JOB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)

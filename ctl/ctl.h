@@ -220,6 +220,9 @@ void info_json_peers(json_writer *w, const char *key, const peer *ps, size_t n, 
 void info_json_job(json_writer *w, const qinfo *in);
 void info_json_partitions(json_writer *w, const qview *v);
 int dead_run(ctl *x, const char *action);
+/* checkpoints.c: the consumers' checkpoints; resuming one. */
+int checkpoints_run(ctl *x, int json);
+int resume_run(ctl *x, const char *token);
 int reap_run(ctl *x);
 
 typedef struct stat_opts {

@@ -94,10 +94,17 @@ static const char usage_text[] =
     "                       producers whose lease expired on the Redis server's\n"
     "                       clock, in every partition (producers and consumers reap\n"
     "                       too; anybody may)\n"
+    "  checkpoints Q [--json]\n"
+    "                       the checkpoints consumers took (per coordinated rank or\n"
+    "                       free consumer): their numbers, epochs, times and tokens,\n"
+    "                       and what Redis keeps to resume them\n"
+    "  resume Q TOKEN       give back what the checkpoint's rank (or consumer)\n"
+    "                       acknowledged after it, as a consumer opened with the\n"
+    "                       token would; refused while a consumer of it is alive\n"
     "  script NAME          print the Lua source of a protocol script\n"
     "                       (create delete push take claim ack requeue reap beat\n"
     "                       dead deadadmin restore submit task_claim task_renew\n"
-    "                       task_done task_fail task_check)\n"
+    "                       task_done task_fail task_check checkpoint)\n"
     "\n"
     "manifest (one shard per line; '#' starts a comment line):\n"
     "  READER PATH [PATH...] [records=START:END] [split=N]\n"
@@ -131,7 +138,7 @@ static const char usage_text[] =
     "running, a malformed or unreadable manifest: FILE:LINE says where), 2 usage\n"
     "error\n";
 
-#define COMMANDS "create, delete, info, jobs, stat, metrics, submit, dead, reap, script"
+#define COMMANDS "create, delete, info, jobs, stat, metrics, submit, dead, reap, checkpoints, resume, script"
 
 /* How long a command is sent again after a lost connection or a redirect
  * (a list of servers, a cluster): long enough for a failover. A live view
@@ -181,7 +188,8 @@ int main(int argc, char **argv)
     }
 
     static const char *const known[] = {"create", "delete", "info", "jobs", "stat",
-                                        "metrics", "submit", "dead", "reap"};
+                                        "metrics", "submit", "dead", "reap",
+                                        "checkpoints", "resume"};
     size_t ki = 0;
     while (ki < sizeof known / sizeof known[0] && strcmp(cmd, known[ki]) != 0)
         ki++;
@@ -199,6 +207,7 @@ int main(int argc, char **argv)
     submit_opts so;
     int json = 0;
     const char *dead_action = NULL;
+    const char *resume_token = NULL;
     stat_opts sto;
     const char *metrics_addr = NULL;
     long long metrics_interval = 0;
@@ -221,9 +230,12 @@ int main(int argc, char **argv)
     } else {
         for (; optind < argc; optind++) {
             const char *a = argv[optind];
-            int info_like = !strcmp(cmd, "info") || !strcmp(cmd, "jobs");
+            int info_like = !strcmp(cmd, "info") || !strcmp(cmd, "jobs") ||
+                            !strcmp(cmd, "checkpoints");
             if (info_like && strcmp(a, "--json") == 0) {
                 json = 1;
+            } else if (!strcmp(cmd, "resume") && !resume_token && a[0] != '-') {
+                resume_token = a;
             } else if (!strcmp(cmd, "dead") && (!strcmp(a, "--requeue") || !strcmp(a, "--purge"))) {
                 if (dead_action)
                     return sluicei_usage_error("%s", "dead: --requeue and --purge exclude each "
@@ -234,6 +246,10 @@ int main(int argc, char **argv)
             }
         }
     }
+
+    if (strcmp(cmd, "resume") == 0 && !resume_token)
+        return sluicei_usage_error("%s", "resume: which checkpoint? (its token: sluice-ctl "
+                                   "checkpoints Q lists them)");
 
     /* A manifest is read (and checked) before connecting: a bad line costs
      * no round trip and leaves nothing behind. */
@@ -280,6 +296,10 @@ int main(int argc, char **argv)
         rc = dead_run(&x, dead_action);
     else if (strcmp(cmd, "reap") == 0)
         rc = reap_run(&x);
+    else if (strcmp(cmd, "checkpoints") == 0)
+        rc = checkpoints_run(&x, json);
+    else if (strcmp(cmd, "resume") == 0)
+        rc = resume_run(&x, resume_token);
     else if (strcmp(cmd, "stat") == 0)
         rc = stat_run(&x, &sto);
     else if (strcmp(cmd, "metrics") == 0)

@@ -1,13 +1,17 @@
 #!lua flags=allow-oom
--- ack: ARGV cid, then id, epoch, task, seq of each batch acknowledged.
--- Forgets every one of them that the consumer still held (one whose lease
--- ran out and that went to another consumer is left alone) and sets its
--- bit in the acknowledgement bitmap of its epoch and task (a seq above
--- 16777215 is no batch id: valid_id); returns how many it forgot.
+-- ack: ARGV cid, owner, then id, epoch, task, seq of each batch
+-- acknowledged. Forgets every one of them that the consumer still held
+-- (one whose lease ran out and that went to another consumer is left
+-- alone) and sets its bit in the acknowledgement bitmap of its epoch and
+-- task (a seq above 16777215 is no batch id: valid_id); returns how many
+-- it forgot. owner is '' for a consumer without checkpoints; else the
+-- frames are kept for owner's checkpoints (lib.lua: retain), and a few
+-- frames of its dropped checkpoints are forgotten.
 --! include lib
 local nq = noqueue() if nq then return nq end
 local pending = pre .. 'pending:' .. ARGV[1]
-local keys, ids, ep = {}, {}, {}
+local owner = ARGV[2]
+local keys, ids, sizes, ep = {}, {}, {}, {}
 local n, bytes = 0, 0
 -- Bits to set, one BITFIELD per run of one task's batches.
 local bm, set, c = nil, nil, 0
@@ -18,12 +22,13 @@ local function flush_bits()
   end
 end
 local laste, lastt
-for i = 2, #ARGV, 4 do
+for i = 3, #ARGV, 4 do
   local id, e, t = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if (tonumber(ARGV[i + 3]) or math.huge) <= 16777215 and redis.call('LREM', pending, '-1', id) == 1 then
     n = n + 1
     keys[n], ids[n] = pre .. 'b:' .. id, id
-    bytes = bytes + redis.call('STRLEN', keys[n])
+    sizes[n] = redis.call('STRLEN', keys[n])
+    bytes = bytes + sizes[n]
     if e ~= laste or t ~= lastt then
       flush_bits()
       laste, lastt = e, t
@@ -36,7 +41,12 @@ for i = 2, #ARGV, 4 do
 end
 if n == 0 then return 0 end
 flush_bits()
-redis.call('UNLINK', unpack(keys))
+if owner == '' then
+  redis.call('UNLINK', unpack(keys))
+else
+  for k, id in ipairs(ids) do retain(id, sizes[k], owner) end
+  ckpt_trim(owner, 64)
+end
 redis.call('HDEL', pre .. 'dlv', unpack(ids))
 redis.call('DECRBY', pre .. 'bytes', bytes)
 redis.call('HINCRBY', pre .. 'stats', 'acked', n)

@@ -42,7 +42,7 @@ local function by_field(h, names)
   return false
 end
 local phase = tonumber(redis.call('HGET', gone, 'del_phase'))
-while budget > 0 and phase < 8 do
+while budget > 0 and phase < 9 do
   local done = false
   if phase == 1 then
     done = by_field('consumers', {'pending:', 'cstats:'})
@@ -72,6 +72,14 @@ while budget > 0 and phase < 8 do
     redis.call('HSET', gone, 'del_e', e)
     done = e >= stop
   elseif phase == 7 then
+    -- Checkpoints, and the frames they keep.
+    local r = ckpt_clear(budget)
+    if r[1] > 0 then
+      n = n + r[1]
+      budget = budget - r[1]
+    end
+    done = r[2]
+  elseif phase == 8 then
     -- Frames of pushes whose script never ran (a MULTI whose EVALSHA
     -- found no script): the caller's sweep.
     if ARGV[1] ~= 'swept' then
@@ -83,13 +91,14 @@ while budget > 0 and phase < 8 do
   if done then phase = phase + 1 end
 end
 redis.call('HSET', gone, 'del_phase', phase)
-if phase < 8 then return {n, 1} end
+if phase < 9 then return {n, 1} end
 local keys = {}
 for i, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'ctoken', 'crank',
                     'rholder', 'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'taskdef',
                     'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches', 'tresume', 'trun',
                     'failed', 'edone', 'eof', 'task_wake', 'jstage', 'jstage:taskdef',
-                    'redo', 'recover', 'recover_pause'}) do
+                    'redo', 'recover', 'recover_pause', 'cowners', 'retained',
+                    'retained_bytes'}) do
   keys[i] = pre .. s
 end
 n = n + redis.call('UNLINK', unpack(keys))

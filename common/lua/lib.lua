@@ -137,15 +137,19 @@ local function true_marker(s, e)
   return s == 'eof:' .. e and redis.call('HEXISTS', pre .. 'eof', e) == 1
 end
 
--- Where a batch handed back goes: the list of its epoch, or, when that
--- epoch has ended already, the first epoch still open (it is delivered
--- late, with its delivery count showing it is a redelivery).
+-- Where a batch handed back goes: the list of its own epoch, in front of
+-- that epoch's end marker, even when the end is posted: a consumer still
+-- in that epoch (or one resuming a checkpoint taken in it) gets it there,
+-- before the end, and one that passed it takes it from there at its next
+-- take (take.lua looks into the lists of the 16 epochs before its own).
+-- Only a batch of an epoch more than 16 behind the first open one goes to
+-- the first open epoch (late, its delivery count showing a redelivery).
 local function requeue_list(id, rank)
   local e = string.match(id, '^(%d+):')
   local open = redis.call('HGET', job, 'epoch_open')
   if not e then
     e = open or '0'
-  elseif open and redis.call('HEXISTS', pre .. 'eof', e) == 1 then
+  elseif open and tonumber(e) < tonumber(open) - 16 then
     local last = tonumber(redis.call('HGET', job, 'epochs')) - 1
     e = tostring(math.min(tonumber(open), last))
   end
@@ -421,4 +425,77 @@ local function reap_tasks(now)
   end
   if n > 0 then redis.call('HINCRBY', pre .. 'stats', 'tasks_reaped', n) end
   return n
+end
+
+-- Checkpoints (checkpoint.lua). A consumer opened with checkpoints keeps
+-- the frame of each batch it acknowledges, as ret:<id> (listed in
+-- retained, id -> owner), and logs the id in clog:<owner>, newest first;
+-- a checkpoint turns the log into its segment. Only the frames of batches
+-- acknowledged since the oldest checkpoint kept are held: the segments of
+-- older ones go to cdrop:<owner>, whose frames are forgotten a few at a
+-- time. The acknowledgement bit stays set throughout: a task redone
+-- drops these batches as it drops any acknowledged one.
+local function retain(id, size, owner)
+  redis.call('RENAME', pre .. 'b:' .. id, pre .. 'ret:' .. id)
+  redis.call('PERSIST', pre .. 'ret:' .. id)
+  redis.call('HSET', pre .. 'retained', id, owner)
+  redis.call('INCRBY', pre .. 'retained_bytes', size)
+  redis.call('LPUSH', pre .. 'clog:' .. owner, id)
+end
+
+-- Forgets retained frames for good.
+local function unretain(ids)
+  local keys, bytes = {}, 0
+  for i, id in ipairs(ids) do
+    keys[i] = pre .. 'ret:' .. id
+    bytes = bytes + redis.call('STRLEN', keys[i])
+  end
+  redis.call('UNLINK', unpack(keys))
+  redis.call('HDEL', pre .. 'retained', unpack(ids))
+  redis.call('DECRBY', pre .. 'retained_bytes', bytes)
+end
+
+-- Forgets up to budget frames of owner's dropped segments; returns what
+-- is left of budget.
+local function ckpt_trim(owner, budget)
+  local drop = pre .. 'cdrop:' .. owner
+  while budget > 0 do
+    local seg = redis.call('LINDEX', drop, 0)
+    if not seg then break end
+    local ids = redis.call('LPOP', seg, budget)
+    if ids then
+      unretain(ids)
+      budget = budget - #ids
+    end
+    if redis.call('EXISTS', seg) == 0 then redis.call('LPOP', drop) end
+  end
+  return budget
+end
+
+-- Removes up to budget keys of every owner's checkpoints and retained
+-- frames (a new job, or delete); returns {keys removed, true once none
+-- is left}.
+local function ckpt_clear(budget)
+  local ids = redis.call('HRANDFIELD', pre .. 'retained', budget)
+  if #ids > 0 then
+    unretain(ids)
+    return {#ids, false}
+  end
+  local n = 0
+  for _, o in ipairs(redis.call('SPOP', pre .. 'cowners', math.max(1, math.floor(budget / 16)))) do
+    local keys = {pre .. 'ckpt:' .. o, pre .. 'ckpts:' .. o, pre .. 'clog:' .. o,
+                  pre .. 'cdrop:' .. o}
+    for _, m in ipairs(redis.call('LRANGE', pre .. 'ckpts:' .. o, 0, -1)) do
+      keys[#keys + 1] = pre .. 'cseg:' .. o .. ':' .. m
+    end
+    for _, k in ipairs(redis.call('LRANGE', pre .. 'cdrop:' .. o, 0, -1)) do
+      keys[#keys + 1] = k
+    end
+    n = n + redis.call('UNLINK', unpack(keys))
+  end
+  if n == 0 and redis.call('SCARD', pre .. 'cowners') == 0 then
+    redis.call('DEL', pre .. 'retained_bytes')
+    return {0, true}
+  end
+  return {n, false}
 end

@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- restore: ARGV cid, token, fresh, rank, then pairs of kind and id: the
+-- restore: ARGV cid, token, fresh, rank, owner ('' for a consumer without
+-- checkpoints, see ack.lua), then pairs of kind and id: the
 -- consumer's sign of life (lib.lua: enter), then 'held' for a batch
 -- the consumer's application holds, 'acked' for one it acknowledged in
 -- the last seconds. A consumer sends it at the start of every session, so
@@ -66,7 +67,7 @@ local function unlist(id)
   local late = requeue_list(id, rank)
   return late ~= home and redis.call('LREM', late, 1, id) == 1
 end
-for i = 5, #ARGV - 1, 2 do
+for i = 6, #ARGV - 1, 2 do
   local kind, id = ARGV[i], ARGV[i + 1]
   if valid_id(id) then
     local e, t, q = string.match(id, '^(%d+):(%d+):(%d+)')
@@ -83,7 +84,15 @@ for i = 5, #ARGV - 1, 2 do
         local bm = pre .. 'acked:' .. e .. ':' .. t
         redis.call('SETBIT', bm, q, 1)
         redis.call('SADD', pre .. 'bitmaps', bm)
-        local size = forget(id)
+        local size
+        if ARGV[5] == '' then
+          size = forget(id)
+        else
+          size = redis.call('STRLEN', pre .. 'b:' .. id)
+          retain(id, size, ARGV[5])
+          redis.call('HDEL', pre .. 'dlv', id)
+          redis.call('DECRBY', pre .. 'bytes', size)
+        end
         redis.call('HINCRBY', pre .. 'stats', 'acked', 1)
         redis.call('HINCRBY', pre .. 'stats', 'acked_bytes', size)
         redis.call('HINCRBY', pre .. 'estats', e .. ':acked', 1)

@@ -35,10 +35,12 @@ local function mine()
   return nil
 end
 
--- The keys clear still has to remove: bitmaps, then per epoch its lists.
+-- The keys clear still has to remove: bitmaps, checkpoints and the
+-- frames they keep, then per epoch its lists.
 local function left()
   local c = redis.call('HMGET', stage, 'clear_e', 'clear_until')
-  return redis.call('SCARD', pre .. 'bitmaps') +
+  return redis.call('SCARD', pre .. 'bitmaps') + redis.call('HLEN', pre .. 'retained') +
+         redis.call('SCARD', pre .. 'cowners') +
          math.max(0, tonumber(c[2]) - tonumber(c[1])) * (3 + ranks)
 end
 
@@ -124,6 +126,7 @@ if op == 'clear' or op == 'abort' then
   local bms = redis.call('SPOP', pre .. 'bitmaps', budget)
   if #bms > 0 then redis.call('UNLINK', unpack(bms)) end
   budget = budget - #bms
+  if budget > 0 then budget = budget - ckpt_clear(budget)[1] end
   local c = redis.call('HMGET', stage, 'clear_e', 'clear_until')
   local e, stop = tonumber(c[1]), tonumber(c[2])
   while e < stop and budget > 0 do

@@ -47,6 +47,7 @@ typedef enum sluicei_script_id {
     SLUICEI_SCRIPT_TASK_DONE,
     SLUICEI_SCRIPT_TASK_FAIL,
     SLUICEI_SCRIPT_TASK_CHECK,
+    SLUICEI_SCRIPT_CHECKPOINT,
     SLUICEI_SCRIPT_COUNT
 } sluicei_script_id;
 

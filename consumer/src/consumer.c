@@ -286,6 +286,60 @@ static sluice_err register_consumer(sluice_consumer *c, setup_link *l, char *err
     }
 }
 
+/* Checkpoints at open, once c is registered: resumes o->resume's
+ * checkpoint (the batches acknowledged after it go back to their lists,
+ * in steps of the script's), and sets *start to its epoch; without a
+ * token, makes the owner's earlier acknowledgements final (fresh). */
+static sluice_err ckpt_open(sluice_consumer *c, const sluice_consumer_opts *o, setup_link *l,
+                            int64_t *start, char *errbuf, size_t errlen)
+{
+    char q[SLUICE_MAX_QUEUE_NAME + 1], owner[MAX_CONSUMER_ID + 2], job[48], n[24];
+    uint64_t num = 0;
+    c->ckpt_keep = o->checkpoint_keep > 0 ? o->checkpoint_keep : SLUICE_CHECKPOINT_KEEP_DEFAULT;
+    if (o->resume && ckpt_token_parse(o->resume, q, owner, &num, job, errbuf, errlen) != 0)
+        return SLUICE_ERR_INVALID;
+    if (o->resume && strcmp(q, o->queue) != 0) {
+        snprintf(errbuf, errlen, "resume: the checkpoint is of queue '%s', not '%s'", q, o->queue);
+        return SLUICE_ERR_INVALID;
+    }
+    if (c->world > 0)
+        snprintf(c->owner, sizeof c->owner, "#%d", c->rank);
+    else
+        snprintf(c->owner, sizeof c->owner, "%s", o->resume ? owner : c->id);
+    snprintf(n, sizeof n, "%" PRIu64, num);
+    for (;;) {
+        const char *argv[7] = {o->resume ? "resume" : "fresh", c->id, c->tok, c->rank_s, c->owner,
+                               n, job};
+        redisReply *r = NULL;
+        sluice_err e = link_script(l, c->queue, SLUICEI_SCRIPT_CHECKPOINT, o->resume ? 7 : 5,
+                                   argv, &r);
+        if (e == SLUICE_OK && r && r->type == REDIS_REPLY_INTEGER && !o->resume) {
+            c->ckpt_last = (uint64_t)r->integer;
+            freeReplyObject(r);
+            return SLUICE_OK;
+        }
+        if (e == SLUICE_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 && o->resume) {
+            long long ep = r->element[0]->integer, more = r->element[1]->integer;
+            c->ckpt_last = (uint64_t)r->element[2]->integer;
+            freeReplyObject(r);
+            *start = ep;
+            if (!more)
+                return SLUICE_OK;
+            continue;
+        }
+        if (e == SLUICE_OK)
+            e = r && r->type == REDIS_REPLY_ERROR && sluicei_reply_error_code(r) != SLUICE_OK
+                    ? sluicei_reply_error_code(r) : SLUICE_ERR_PROTOCOL;
+        if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "INVALID ", 8) == 0)
+            snprintf(errbuf, errlen, "queue '%s': resume: %s", c->queue, r->str + 8);
+        else
+            link_why(l, c->queue, e, r, errbuf, errlen);
+        if (r)
+            freeReplyObject(r);
+        return e;
+    }
+}
+
 /* Reads the queue's configuration and the job, which also proves the
  * address and credentials, and registers the consumer. o->queue is the
  * name the caller opened (c's queue, or the partitioned queue c is a
@@ -371,7 +425,17 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
     }
     if ((e = register_consumer(c, l, errbuf, errlen)) != SLUICE_OK)
         goto out;
-    if (j->element[0]->type == REDIS_REPLY_STRING) {
+    int64_t resumed = -1;
+    if ((o->checkpoint_keep > 0 || o->resume) &&
+        (e = ckpt_open(c, o, l, &resumed, errbuf, errlen)) != SLUICE_OK)
+        goto out;
+    if (resumed >= 0) {
+        /* Where the consumer was when it took the checkpoint. */
+        long long epochs = j->element[0]->type == REDIS_REPLY_STRING
+                               ? reply_num(j->element[0], 0) : 0;
+        c->epoch = c->loop_epoch = (uint32_t)resumed;
+        c->finished = epochs > 0 && resumed >= epochs;
+    } else if (j->element[0]->type == REDIS_REPLY_STRING) {
         long long epochs = reply_num(j->element[0], 0);
         long long open = reply_num(j->element[1], 0);
         if (open < 0 || open > UINT32_MAX)
@@ -639,6 +703,16 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
         (o->world == 0 && o->rank != 0)) {
         snprintf(errbuf, errlen, "rank %d of world %d: the rank must be 0 to world-1 (world 0: "
                  "a free consumer, rank 0)", o->rank, o->world);
+        return SLUICE_ERR_INVALID;
+    }
+    if (o->checkpoint_keep < 0 || o->checkpoint_keep > SLUICE_CHECKPOINT_KEEP_MAX) {
+        snprintf(errbuf, errlen, "checkpoint_keep must be 0 to %d, got %d",
+                 SLUICE_CHECKPOINT_KEEP_MAX, o->checkpoint_keep);
+        return SLUICE_ERR_INVALID;
+    }
+    if ((o->checkpoint_keep > 0 || o->resume) && o->ack_mode == SLUICE_ACK_NONE) {
+        snprintf(errbuf, errlen, "checkpoints need acknowledgements: a consumer that "
+                 "acknowledges at most once has nothing to give back");
         return SLUICE_ERR_INVALID;
     }
     if (o->ack_mode != SLUICE_ACK_EXPLICIT && o->ack_mode != SLUICE_ACK_NONE) {

@@ -105,7 +105,11 @@ enum req_kind {
     R_UNBLOCK,
     R_WAIT,       /* WAIT behind a take, BLMOVE or claim */
     R_ROLE,       /* ROLE: the replicas a WAIT can count on */
+    R_CKPT,       /* checkpoint take */
 };
+
+/* Where a checkpoint request stands (ckpt_state). */
+enum { CK_IDLE = 0, CK_WANTED, CK_DONE, CK_FAILED };
 
 typedef struct slot {
     sluice_batch *b;
@@ -175,6 +179,9 @@ struct sluice_consumer {
     int prefetch;
     size_t max_batch_bytes;
     char tok[17];              /* this process's registration token (lib.lua: enter) */
+    char owner[MAX_CONSUMER_ID + 2];   /* whose checkpoints it writes ("#<rank>" or a
+                                          consumer id); "" without checkpoints */
+    int ckpt_keep;             /* checkpoints kept */
     int connect_timeout_ms, reconnect_timeout_ms;
     int64_t lease_ms;
     char *route_addr;          /* cluster or list address the node is found from; NULL:
@@ -224,6 +231,13 @@ struct sluice_consumer {
     uint32_t mk_failed;        /* at the marker: failed tasks of the loop's epoch */
     char mk_desc[512];         /* which ("e:s (error); ...") */
     sluice_epoch_report report;   /* top: of the last epoch next() ended */
+    int ckpt_state;            /* CK_*: a checkpoint asked of the loop (checkpoint.c) */
+    uint64_t ckpt_n;           /* its number */
+    uint32_t ckpt_epoch;       /* the epoch next() delivers when it was asked */
+    char ckpt_req[17];         /* its request id (sent again, the script answers the same) */
+    uint64_t ckpt_last;        /* the owner's last checkpoint number known */
+    char ckpt_job[48];         /* the job's token, from the reply */
+    char ckpt_err[512];        /* CK_FAILED: why */
 
     /* ---- API thread only ---- */
     char errstr[512];
@@ -281,6 +295,7 @@ struct sluice_consumer {
     int wait_now;              /* replicas each WAIT asks for: url.wait_replicas, but
                                   no more than the node has connected (ROLE) */
     int unblock_sent, requeue_sent;
+    int ckpt_inflight;         /* the checkpoint script was sent in this session */
     int64_t close_deadline_ms; /* set once the loop saw close(): it is closing */
     /* Kept between commands so that the steady state allocates nothing of
      * its own (send.c, fetch.c): spare requests, and the argument arrays
@@ -417,6 +432,18 @@ void recover_restore(sluice_consumer *c);
 void recover_resync_reply(sluice_consumer *c, redisReply *r);
 void recover_fetch(sluice_consumer *c, int room);
 void recover_close_step(sluice_consumer *c);
+
+/* ---- checkpoint.c: checkpoints ---------------------------------------- */
+
+/* Sends the checkpoint asked for once every acknowledgement before it is
+ * confirmed (loop thread). */
+void ckpt_pump(sluice_consumer *c);
+void ckpt_reply(sluice_consumer *c, redisReply *r);
+/* Parses a token "sluice-ckpt/1/<queue>/<owner>/<n>/<job>"; 0, or -1 with
+ * why in err. */
+int ckpt_token_parse(const char *tok, char queue[SLUICE_MAX_QUEUE_NAME + 1],
+                     char owner[MAX_CONSUMER_ID + 2], uint64_t *n, char job[48], char *err,
+                     size_t errlen);
 
 /* ---- consumer.c: opening ---------------------------------------------- */
 

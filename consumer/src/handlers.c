@@ -564,9 +564,20 @@ void handle_reply(sluice_consumer *c, req *q, redisReply *r)
                     (r->type == REDIS_REPLY_ERROR && sluicei_cluster_retryable(r->str, r->len));
         for (size_t i = 0; i < q->nids && !again; i++)
             recover_confirm_ack(c, q->ids[i].s);
-        script_error(c, "ack", r);
+        if (!script_error(c, "ack", r))
+            ckpt_pump(c);
         break;
     }
+    case R_CKPT:
+        /* INVALID is the checkpoint's own answer; anything else ends the
+         * session, and the next one asks again (the same request). */
+        if (r->type == REDIS_REPLY_ERROR && !is_err(r, "INVALID ")) {
+            c->ckpt_inflight = 0;
+            script_error(c, "checkpoint", r);
+        } else {
+            ckpt_reply(c, r);
+        }
+        break;
     case R_ACK_QUIET:
     case R_DEAD:
         script_error(c, q->kind == R_DEAD ? "dead" : "ack", r);

@@ -91,6 +91,9 @@ static int pump_once(sluice_consumer *c)
     if (first < c->nunconf && send_acks(c, CONN_CTL, R_ACK, 0, c->unconf[first].s,
                                         sizeof *c->unconf, c->nunconf - first) != 0)
         return -1;
+    ckpt_pump(c);
+    if (gen != c->gen)
+        return -1;
     /* next() waits for a batch it may not hand out before a renewal. */
     if (want_lease && !c->beat_inflight && !closing)
         send_beat(c);

@@ -82,7 +82,7 @@ void recover_restore(sluice_consumer *c)
     mu_unlock(c);
     int64_t since = c->contact_ms - RESTORE_MS;
     size_t total = nout + nrel + c->nunconf + c->ring_len, sent = 0;
-    const char **argv = malloc((4 + 2 * RESTORE_CHUNK) * sizeof *argv);
+    const char **argv = malloc((5 + 2 * RESTORE_CHUNK) * sizeof *argv);
     idbuf *txt = malloc(RESTORE_CHUNK * sizeof *txt);
     c->need_restore = 0;
     if (!argv || !txt) {
@@ -96,12 +96,13 @@ void recover_restore(sluice_consumer *c)
     uint64_t gen = c->gen;
     int calls = 0;
     while ((sent < total || calls == 0) && gen == c->gen) {
-        int k = 4, nt = 0;
+        int k = 5, nt = 0;
         argv[0] = c->id;
         argv[1] = c->tok;
         argv[2] = c->registered ? "0" : "1";
         argv[3] = c->rank_s;
-        for (; sent < total && k < 4 + 2 * RESTORE_CHUNK; sent++) {
+        argv[4] = c->owner;
+        for (; sent < total && k < 5 + 2 * RESTORE_CHUNK; sent++) {
             size_t i = sent;
             if (i < nout + nrel) {
                 argv[k++] = i < nout ? "held" : "acked";

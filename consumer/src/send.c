@@ -181,7 +181,7 @@ int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const char *bas
     if (!c->ack_num)
         c->ack_num = malloc(ACK_BATCH_MAX * sizeof *c->ack_num);
     if (!c->ack_argv)
-        c->ack_argv = malloc((1 + 4 * ACK_BATCH_MAX) * sizeof *c->ack_argv);
+        c->ack_argv = malloc((2 + 4 * ACK_BATCH_MAX) * sizeof *c->ack_argv);
     char (*num)[3][24] = c->ack_num;
     const char **argv = c->ack_argv;
     int rc = 0;
@@ -192,14 +192,15 @@ int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const char *bas
     for (size_t i = 0; i < n && rc == 0;) {
         size_t k = 0, from = i;
         argv[0] = c->id;
+        argv[1] = c->owner;   /* "": the frames go; else kept for checkpoints */
         for (; i < n && k < ACK_BATCH_MAX; i++) {
             const char *rid = base + i * stride;
             if (ack_fields(rid, num[k][0], num[k][1], num[k][2]) != 0)
                 continue;   /* never handed out: such a frame fails the id check */
-            argv[1 + 4 * k] = rid;
-            argv[2 + 4 * k] = num[k][0];
-            argv[3 + 4 * k] = num[k][1];
-            argv[4 + 4 * k] = num[k][2];
+            argv[2 + 4 * k] = rid;
+            argv[3 + 4 * k] = num[k][0];
+            argv[4 + 4 * k] = num[k][1];
+            argv[5 + 4 * k] = num[k][2];
             k++;
         }
         if (k == 0)
@@ -213,7 +214,7 @@ int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const char *bas
             for (size_t j = from; q && j < i; j++)
                 memcpy(q->ids[q->nids++].s, base + j * stride, RID_MAX);
         }
-        rc = send_script(c, conn, q, in_op, SLUICEI_SCRIPT_ACK, (int)(1 + 4 * k), argv);
+        rc = send_script(c, conn, q, in_op, SLUICEI_SCRIPT_ACK, (int)(2 + 4 * k), argv);
     }
     return rc;
 }

@@ -49,6 +49,7 @@ void session_fail(sluice_consumer *c, const char *fmt, ...)
     c->op = OP_NONE;
     c->op_left = 0;
     c->restored = 0;
+    c->ckpt_inflight = 0;   /* asked again in the next session */
     c->unblock_sent = c->requeue_sent = 0;
     c->beat_inflight = c->reap_inflight = c->role_inflight = 0;
     c->oom_wait = 0;
@@ -125,6 +126,7 @@ static void send_setup(sluice_consumer *c, int conn, int argc, const char **argv
 static const sluicei_script_id used_scripts[] = {
     SLUICEI_SCRIPT_TAKE, SLUICEI_SCRIPT_CLAIM, SLUICEI_SCRIPT_ACK,  SLUICEI_SCRIPT_REQUEUE,
     SLUICEI_SCRIPT_REAP, SLUICEI_SCRIPT_BEAT,  SLUICEI_SCRIPT_DEAD, SLUICEI_SCRIPT_RESTORE,
+    SLUICEI_SCRIPT_CHECKPOINT,
 };
 
 /* Points url at the node that serves the queue now, from a slot map read

@@ -308,7 +308,7 @@ class Consumer:
              max_batch_bytes=None, at_most_once=False, timeout_ms=None,
              consumer_id=None, connect_timeout_ms=None,
              reconnect_timeout_ms=None, auto_release=True,
-             accept_partial=False)
+             accept_partial=False, checkpoints=None, resume=None)
 
     rank/world: this consumer's rank of `world` on a coordinated queue.
     at_most_once: batches are removed as they are taken (no ack, lost if
@@ -318,7 +318,10 @@ class Consumer:
     ended without the records of failed tasks raises sluice.PartialEpoch
     where its end is reached (iteration goes on with the next epoch
     afterwards); with accept_partial it ends like any other, and
-    consumer.epoch_report says what failed.
+    consumer.epoch_report says what failed. checkpoints=K: checkpoints on,
+    keeping the last K (consumer.checkpoint() takes one and returns its
+    token); resume=token: starts from that checkpoint (the batches
+    acknowledged after it come again first; see checkpoint()).
 
     `for batch in consumer:` runs over the batches of the current epoch and
     ends at its end; iterate again for the next epoch. consumer.finished
@@ -329,7 +332,8 @@ class Consumer:
 
     def __init__(self, url, queue, rank=None, world=None, prefetch=None, max_batch_bytes=None,
                  at_most_once=False, timeout_ms=None, consumer_id=None, connect_timeout_ms=None,
-                 reconnect_timeout_ms=None, auto_release=True, accept_partial=False):
+                 reconnect_timeout_ms=None, auto_release=True, accept_partial=False,
+                 checkpoints=None, resume=None):
         self._core = None
         if (rank is None) != (world is None):
             raise ValueError("rank and world go together (rank %r of world %r)" % (rank, world))
@@ -352,6 +356,8 @@ class Consumer:
         o.rank = rank or 0
         o.ack_mode = _lib.ACK_NONE if at_most_once else _lib.ACK_EXPLICIT
         o.accept_partial = 1 if accept_partial else 0
+        o.checkpoint_keep = checkpoints or 0
+        o.resume = _lib.cstr(resume, "resume")
         h = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
         rc = lib.sluice_consumer_open(ctypes.byref(h), ctypes.byref(o), err, len(err))
@@ -395,6 +401,24 @@ class Consumer:
             return False
         with self._core.lock:
             return bool(lib.sluice_consumer_finished(self._handle()))
+
+    def checkpoint(self, timeout_ms=None):
+        """Takes a checkpoint of this consumer's place in the job and
+        returns its token (a str): save it with the model's checkpoint and
+        pass it as Consumer(resume=token) after a crash. Every batch
+        returned before the call counts as trained (one still held is
+        acknowledged). Waits until Redis confirms it, up to timeout_ms (None:
+        no limit; raises sluice.Timeout). Needs Consumer(checkpoints=K) or
+        resume=."""
+        buf = ctypes.create_string_buffer(_lib.CHECKPOINT_TOKEN_MAX)
+        with self._core.lock:
+            h = self._handle()
+            rc = lib.sluice_consumer_checkpoint(h, buf, len(buf),
+                                                -1 if timeout_ms is None else int(timeout_ms))
+            detail = lib.sluice_consumer_errstr(h) if rc else b""
+            self._core.drain()
+        _lib.check(rc, detail)
+        return buf.value.decode()
 
     def next_batch(self, timeout_ms=None):
         """The next batch of the current epoch; waits up to timeout_ms (None:

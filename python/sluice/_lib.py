@@ -115,7 +115,8 @@ class ConsumerOpts(ctypes.Structure):
                 ("max_batch_bytes", ctypes.c_size_t), ("prefetch", ctypes.c_int),
                 ("connect_timeout_ms", ctypes.c_int), ("reconnect_timeout_ms", ctypes.c_int),
                 ("consumer_id", ctypes.c_char_p), ("world", ctypes.c_int), ("rank", ctypes.c_int),
-                ("ack_mode", ctypes.c_int), ("accept_partial", ctypes.c_int)]
+                ("ack_mode", ctypes.c_int), ("accept_partial", ctypes.c_int),
+                ("checkpoint_keep", ctypes.c_int), ("resume", ctypes.c_char_p)]
 
 
 class EpochReport(ctypes.Structure):
@@ -131,6 +132,9 @@ CONSUMER_STATS = ("batches", "records", "bytes", "redelivered", "duplicates", "p
 
 class ConsumerStats(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in CONSUMER_STATS]
+
+
+CHECKPOINT_TOKEN_MAX = 320   # SLUICE_CHECKPOINT_TOKEN_MAX
 
 
 class ProducerOpts(ctypes.Structure):
@@ -204,6 +208,7 @@ def _declare(lib):
         "sluice_consumer_id": (c_char_p, [c_void_p]),
         "sluice_consumer_epoch_report": (None, [c_void_p, P(EpochReport)]),
         "sluice_consumer_wait_status": (ctypes.c_int64, [c_void_p, ctypes.c_char_p, c_size_t]),
+        "sluice_consumer_checkpoint": (c_int, [c_void_p, ctypes.c_char_p, c_size_t, c_int]),
         # batch.h
         "sluice_batch_get_id": (BatchId, [c_void_p]),
         "sluice_batch_producer": (c_char_p, [c_void_p]),

@@ -32,7 +32,7 @@ state = os.path.join(sys.argv[5], "state.json")
 step = sys.argv[6]
 
 def restore(cid, fresh, *pairs):
-    return j.script("restore", cid, "tok" + cid, fresh, "", *pairs)
+    return j.script("restore", cid, "tok" + cid, fresh, "", "", *pairs)
 
 def take(cid):
     return j.script("take", cid, "tok" + cid, "0", 16, 0, "")
@@ -48,7 +48,7 @@ elif step == "lost":
     ids = [got[i].decode() for i in range(0, len(got), 2)]
     assert len(ids) == 3, "B took %r" % got
     e, t, s = ids[0].split(":")
-    n = j.script("ack", "B", ids[0], e, t, s)
+    n = j.script("ack", "B", "", ids[0], e, t, s)
     assert n == 1, "ack: %r" % n
     json.dump({"acked": ids[0], "held": ids[1:]}, open(state, "w"))
     print("B took %s and acknowledged %s" % (" ".join(ids), ids[0]))

@@ -7,7 +7,7 @@ need_bin sluice-ctl
 
 doc=$ROOT/docs/PROTOCOL.md
 names=(lib create delete push take claim ack requeue reap beat dead deadadmin restore submit
-       task_claim task_renew task_done task_fail task_check)
+       task_claim task_renew task_done task_fail task_check checkpoint)
 bad=0
 for name in "${names[@]}"; do
     # The fenced block right after the heading line "### NAME".

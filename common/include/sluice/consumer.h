@@ -126,7 +126,18 @@ typedef struct sluice_consumer_opts {
     sluice_ack_mode ack_mode; /* SLUICE_ACK_EXPLICIT (default) or SLUICE_ACK_NONE */
     int accept_partial;       /* 1: the end of an epoch that lost records to failed tasks is
                                  SLUICE_EOF like any other; 0: SLUICE_ERR_PARTIAL */
+    int checkpoint_keep;      /* > 0: checkpoints on (sluice_consumer_checkpoint()), keeping the
+                                 last checkpoint_keep (at most SLUICE_CHECKPOINT_KEEP_MAX);
+                                 0: off, unless resume is given (then
+                                 SLUICE_CHECKPOINT_KEEP_DEFAULT) */
+    const char *resume;       /* NULL, or a token of sluice_consumer_checkpoint(): the consumer
+                                 resumes from that checkpoint (see below) */
 } sluice_consumer_opts;
+
+#define SLUICE_CHECKPOINT_KEEP_DEFAULT 2
+#define SLUICE_CHECKPOINT_KEEP_MAX 1000
+/* Room for a checkpoint token, its NUL included. */
+#define SLUICE_CHECKPOINT_TOKEN_MAX 320
 
 /* Connects, checks that the queue exists and matches world (a coordinated
  * queue of N ranks needs world == N and 0 <= rank < N; a free queue needs
@@ -143,7 +154,11 @@ typedef struct sluice_consumer_opts {
  * Redis does not answer within connect_timeout_ms (open() connects once,
  * so that a wrong address is an error, not a wait: a process started while
  * Redis is down or restarting must open again; only an open consumer
- * reconnects), SLUICE_ERR_AUTH... o is not kept after the call.
+ * reconnects), SLUICE_ERR_AUTH... With o->resume, open() first gives back
+ * what was acknowledged after the checkpoint (sluice_consumer_checkpoint());
+ * a token that is malformed, of another queue or job, or of a checkpoint
+ * no longer kept is SLUICE_ERR_INVALID, naming what is kept. o is not kept
+ * after the call.
  * Thread-safe. */
 SLUICE_EXPORT sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
                                 char *errbuf, size_t errlen);
@@ -273,6 +288,51 @@ SLUICE_EXPORT const char *sluice_consumer_errstr(const sluice_consumer *c);
 
 /* The id this consumer registered under in Redis (owned by c). */
 SLUICE_EXPORT const char *sluice_consumer_id(const sluice_consumer *c);
+
+/* Checkpoints: a trainer saves its place in the job with its model, and
+ * after any crash resumes from it.
+ *
+ * Takes a checkpoint of this consumer's place in the job and writes its
+ * token (a printable string under SLUICE_CHECKPOINT_TOKEN_MAX bytes) to
+ * token; save it with the model's checkpoint. Every batch next() returned
+ * before the call counts as trained: those the application still holds
+ * are acknowledged (as by sluice_batch_ack(); they stay valid until
+ * released), and the call returns once Redis has every acknowledgement and
+ * the checkpoint (one round trip after the last acknowledgement; up to
+ * timeout_ms, < 0: no limit). Opening a consumer with opts.resume = token
+ * (after a crash of the trainer, its producers, or Redis restarted from
+ * its AOF) gives back every batch acknowledged after the checkpoint, at
+ * the front of its epoch's list, and starts at the epoch the consumer was
+ * reading when it took the checkpoint: the batches after the checkpoint
+ * come again, first, none before it does, and the ends of epochs come as
+ * they did. A batch the crashed process held without acknowledging comes
+ * back as always (flagged, sluice_batch_deliveries() > 1).
+ *
+ * Whose checkpoints: a coordinated rank's (every consumer of rank r, one
+ * after the other, writes rank r's), or a free consumer's (the id it was
+ * opened with; resuming carries them on under the new consumer's id).
+ * Checkpoints are numbered 1, 2, ... per owner; a token names its number,
+ * and on a coordinated queue each rank resumes its own checkpoint of that
+ * number: ranks that take their checkpoints at the same steps (as DDP
+ * does) may all resume from the token rank 0 saved, and then get equal
+ * counts again. On a partitioned queue the checkpoint spans every
+ * partition.
+ *
+ * The cost: Redis keeps the frames of the batches acknowledged since the
+ * oldest of the last checkpoint_keep checkpoints (sluice-ctl checkpoints
+ * shows how many bytes); they do not count against the queue's budgets.
+ * Opening without resume, with checkpoints on, makes the owner's earlier
+ * acknowledgements final (its checkpoints before are forgotten; numbering
+ * goes on).
+ *
+ * Returns SLUICE_OK; SLUICE_ERR_INVALID when the consumer was opened
+ * without checkpoints or acknowledges at most once, or len is too small
+ * (errstr says why); SLUICE_ERR_TIMEOUT (Redis out of reach; nothing was
+ * recorded, or it was and a later call numbers the next one higher); or
+ * an error of next(). Call it from the thread that calls next(), while no
+ * other thread releases batches of this consumer. */
+SLUICE_EXPORT sluice_err sluice_consumer_checkpoint(sluice_consumer *c, char *token, size_t len,
+                                                    int timeout_ms);
 
 #ifdef __cplusplus
 }
