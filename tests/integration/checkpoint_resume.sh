@@ -85,4 +85,25 @@ EOF
     ((kills > 0)) || fail "seed $seed: the trainer was never killed"
     redis_tmp_stop
 done
-echo "ok: seeds $seeds: every batch exactly once per epoch in the final model"
+# A free consumer, on a plain queue and on one of 2 partitions: killed
+# after a checkpoint, resumed under another id; bad tokens are refused.
+free=$ROOT/tests/integration/checkpoint_free.py
+redis_tmp_start
+for parts in 0 2; do
+    q=free$parts
+    args=()
+    ((parts)) && args=(--partitions "$parts")
+    ctl create $q --max-batches 64 --max-bytes 64M --lease-ms 1000 "${args[@]}" >/dev/null ||
+        fail "create $q"
+    ctl submit $q --manifest "$T/job.manifest" --epochs 1 --batch-size 10 >/dev/null ||
+        fail "submit $q"
+    "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue $q --quiet || fail "producer of $q"
+    rc=0
+    "${PYCMD[@]}" "$free" "$REDIS_URL" $q "$T/free$parts.json" phase1 2>"$T/f.err" || rc=$?
+    ((rc == 137)) || fail "$q phase1 exit $rc: $(tail -3 "$T/f.err")"
+    out=$(ORDERED=$((parts == 0)) "${PYCMD[@]}" "$free" "$REDIS_URL" $q "$T/free$parts.json" \
+          phase2) || fail "$q phase2 failed"
+    note "$q: $out"
+    [[ $out == "ok batches=$per_epoch distinct=$per_epoch dups=0" ]] || fail "$q: $out"
+done
+echo "ok: seeds $seeds: every batch exactly once per epoch in the final model; free consumers resumed"
