@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PROG "sluice-consume"
 #define DEFAULT_URL "redis://127.0.0.1:6379"
@@ -39,6 +40,8 @@ static void usage(FILE *f)
         "                      [--summary [--epochs]] [--print-ids] [--prefetch K]\n"
         "                      [--rank R --world N] [--at-most-once]\n"
         "                      [--max-batch-bytes B] [--consumer-id ID] [--quiet]\n"
+        "                      [--checkpoint-every N --checkpoint-file F [--checkpoint-keep K]]\n"
+        "                      [--resume TOKEN|@FILE]\n"
         "\n"
         "Takes batches from the sluice queue Q, prints them and acknowledges each\n"
         "one after printing it. When the queue runs a job, the batches come epoch\n"
@@ -78,6 +81,12 @@ static void usage(FILE *f)
         "  --consumer-id ID  register under this id (default: a random one). An id\n"
         "                    (or a rank) a live consumer holds is refused; one whose\n"
         "                    holder died is taken over once its lease ran out\n"
+        "  --checkpoint-every N  take a checkpoint every N batches, and at the end,\n"
+        "                    and write its token to --checkpoint-file F (replaced\n"
+        "                    atomically; the batches printed before count as\n"
+        "                    done); keep the last K (--checkpoint-keep, default 2)\n"
+        "  --resume TOKEN    start from that checkpoint (@FILE: the token in FILE): the\n"
+        "                    batches acknowledged after it come again, first\n"
         "  --quiet           no closing statistics line on stderr\n"
         "  --help            this text\n"
         "  --version         the version of sluice-consume and of libsluice\n"
@@ -103,6 +112,57 @@ static void usage(FILE *f)
         "no such queue, the consumer id or rank held by a live consumer...), 2 bad\n"
         "usage, 3 the job finished but an epoch lost records to failed tasks (each\n"
         "such end is told on stderr: which tasks failed and why).\n");
+}
+
+/* Writes token to path, replacing it atomically (a new file, renamed). */
+static int save_token(const char *path, const char *token)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        fprintf(stderr, PROG ": --checkpoint-file: path too long\n");
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fprintf(f, "%s\n", token) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, PROG ": writing the checkpoint token to %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads the token of --resume @FILE into buf (its first line). */
+static int load_token(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, PROG ": --resume @%s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    int ok = fgets(buf, (int)len, f) != NULL;
+    fclose(f);
+    buf[ok ? strcspn(buf, "\r\n") : 0] = '\0';
+    if (!buf[0]) {
+        fprintf(stderr, PROG ": --resume @%s: the file holds no token\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes a checkpoint and saves its token; 0, or -1 (printed). */
+static int checkpoint(sluice_consumer *c, const char *path)
+{
+    char tok[SLUICE_CHECKPOINT_TOKEN_MAX];
+    sluice_err e = sluice_consumer_checkpoint(c, tok, sizeof tok, 30000);
+    if (e != SLUICE_OK) {
+        fprintf(stderr, PROG ": checkpoint: %s: %s\n", sluice_strerror(e),
+                sluice_consumer_errstr(c));
+        return -1;
+    }
+    return save_token(path, tok);
 }
 
 static double now_s(void)
@@ -153,8 +213,9 @@ int main(int argc, char **argv)
 {
     sluicei_cli_init(PROG);
     const char *url = getenv("SLUICE_REDIS_URL");
-    const char *queue = NULL, *consumer_id = NULL;
+    const char *queue = NULL, *consumer_id = NULL, *ckpt_file = NULL, *resume = NULL;
     long long count = -1, timeout_ms = -1, prefetch = 0, rank = -1, world = -1;
+    long long ckpt_every = 0, ckpt_keep = 0;
     long long max_batch_bytes = 0;
     int summary = 0, quiet = 0, epochs = 0, print_ids = 0, at_most_once = 0;
 
@@ -171,6 +232,9 @@ int main(int argc, char **argv)
         {"--rank", "an integer from 0 to 999999", 0, 999999, &rank},
         {"--world", "an integer from 1 to 1000000", 1, 1000000, &world},
         {"--max-batch-bytes", "a positive integer", 1, INT64_MAX, &max_batch_bytes},
+        {"--checkpoint-every", "a positive integer", 1, INT64_MAX, &ckpt_every},
+        {"--checkpoint-keep", "an integer from 1 to 1000", 1, SLUICE_CHECKPOINT_KEEP_MAX,
+         &ckpt_keep},
     };
     const struct {
         const char *flag;
@@ -201,6 +265,10 @@ int main(int argc, char **argv)
             queue = val;
         if (!got && (got = sluicei_flag_value(argc, argv, &i, "--consumer-id", &val)) == 1)
             consumer_id = val;
+        if (!got && (got = sluicei_flag_value(argc, argv, &i, "--checkpoint-file", &val)) == 1)
+            ckpt_file = val;
+        if (!got && (got = sluicei_flag_value(argc, argv, &i, "--resume", &val)) == 1)
+            resume = val;
         for (size_t k = 0; got == 0 && k < sizeof nums / sizeof nums[0]; k++) {
             if ((got = sluicei_flag_value(argc, argv, &i, nums[k].flag, &val)) != 1)
                 continue;
@@ -221,6 +289,22 @@ int main(int argc, char **argv)
         return sluicei_usage_error("--rank and --world go together");
     if (world >= 0 && rank >= world)
         return sluicei_usage_error("--rank must be below --world");
+    if ((ckpt_every > 0) != (ckpt_file != NULL))
+        return sluicei_usage_error("--checkpoint-every and --checkpoint-file go together");
+    if (ckpt_keep && !ckpt_every)
+        return sluicei_usage_error("--checkpoint-keep needs --checkpoint-every");
+    if (at_most_once && (ckpt_every || resume))
+        return sluicei_usage_error("--at-most-once has nothing to give back: no checkpoints "
+                                   "(--checkpoint-every, --resume) with it");
+    if (epochs && !summary)
+        return sluicei_usage_error("--epochs needs --summary (without it every epoch's end is "
+                                   "a line 'eof epoch=E' already)");
+    char resume_buf[SLUICE_CHECKPOINT_TOKEN_MAX + 2];
+    if (resume && resume[0] == '@') {
+        if (load_token(resume + 1, resume_buf, sizeof resume_buf))
+            return 1;
+        resume = resume_buf;
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -246,6 +330,9 @@ int main(int argc, char **argv)
         .world = world > 0 ? (int)world : 0,
         .rank = rank > 0 ? (int)rank : 0,
         .ack_mode = at_most_once ? SLUICE_ACK_NONE : SLUICE_ACK_EXPLICIT,
+        .checkpoint_keep = ckpt_every ? (ckpt_keep ? (int)ckpt_keep
+                                                   : SLUICE_CHECKPOINT_KEEP_DEFAULT) : 0,
+        .resume = resume,
     };
     sluice_consumer *c;
     char err[512];
@@ -376,7 +463,15 @@ int main(int argc, char **argv)
             status = 1;
             break;
         }
+        /* What was printed is out of this process before it counts as done. */
+        if (ckpt_every && tot.batches % (uint64_t)ckpt_every == 0 &&
+            (fflush(stdout) != 0 || checkpoint(c, ckpt_file) != 0)) {
+            status = 1;
+            break;
+        }
     }
+    if (ckpt_every && status == 0 && (fflush(stdout) != 0 || checkpoint(c, ckpt_file) != 0))
+        status = 1;
 
     sluice_consumer_stats st;
     sluice_consumer_stats_get(c, &st);
