@@ -18,9 +18,12 @@
 --          job the checkpoint was taken in. Returns {epoch of checkpoint
 --          n, 1 while batches are left to give back else 0, the owner's
 --          last checkpoint number}.
---   fresh                   the owner starts over without resuming: every
---          acknowledgement it made is final. Returns its last checkpoint
---          number (the next is numbered one more).
+--   fresh                   a consumer opened without a token. An owner that
+--          never took a checkpoint gets back everything it acknowledged
+--          (whoever trained it saved nothing), as resume does; else it
+--          starts over: every acknowledgement it made is final. Returns
+--          {its last checkpoint number (the next is one more), 1 while
+--          batches are left to give back else 0}.
 --! include lib
 local nq = noqueue() if nq then return nq end
 local now = now_ms()
@@ -44,6 +47,53 @@ local function drop(k)
   end
 end
 local last = tonumber(redis.call('HGET', ck, 'last') or '0')
+
+-- Gives back what the owner acknowledged after its checkpoint n (0: all
+-- it holds), newest first, each to the front of its epoch's list (rank's
+-- lists: rank), so that the oldest ends up next; forgets the checkpoints
+-- after n. Up to 1000 batches per call; returns 1 while more are left.
+local function give_back_after(n, rank)
+  local budget, more = 1000, 0
+  while true do
+    local src = log
+    if redis.call('EXISTS', log) == 0 then
+      local newest = redis.call('LINDEX', kept, -1)
+      if not newest or tonumber(newest) <= n then break end
+      src = seg(newest)
+      if redis.call('EXISTS', src) == 0 then
+        redis.call('RPOP', kept)
+        redis.call('HDEL', ck, newest)
+        src = nil
+      end
+    end
+    if src then
+      if budget == 0 then
+        more = 1
+        break
+      end
+      for _, id in ipairs(redis.call('LPOP', src, budget)) do
+        local r = pre .. 'ret:' .. id
+        budget = budget - 1
+        if redis.call('HEXISTS', pre .. 'retained', id) == 1 and redis.call('EXISTS', r) == 1 and
+           redis.call('HEXISTS', pre .. 'dlv', id) == 0 then
+          local size = redis.call('STRLEN', r)
+          redis.call('RENAME', r, pre .. 'b:' .. id)
+          redis.call('HDEL', pre .. 'retained', id)
+          redis.call('DECRBY', pre .. 'retained_bytes', size)
+          redis.call('HSET', pre .. 'dlv', id, 0)
+          redis.call('INCRBY', pre .. 'bytes', size)
+          local e = string.match(id, '^(%d+):')
+          redis.call('HINCRBY', pre .. 'estats', e .. ':acked', -1)
+          redis.call('HINCRBY', pre .. 'stats', 'acked', -1)
+          redis.call('HINCRBY', pre .. 'stats', 'acked_bytes', -size)
+          redis.call('HINCRBY', pre .. 'stats', 'rolled_back', 1)
+          redis.call('RPUSH', ready_key(e, rank), id)
+        end
+      end
+    end
+  end
+  return more
+end
 
 if op == 'take' then
   local n, ep, keep, req = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
@@ -70,6 +120,10 @@ if op == 'take' then
 end
 
 if op == 'fresh' then
+  if last == 0 then
+    -- No checkpoint was ever taken: whoever trained these saved nothing.
+    return {0, give_back_after(0, rank)}
+  end
   drop(log)
   for _, m in ipairs(redis.call('LRANGE', kept, 0, -1)) do
     redis.call('HDEL', ck, m)
@@ -77,7 +131,7 @@ if op == 'fresh' then
   end
   redis.call('DEL', kept)
   ckpt_trim(owner, 1000)
-  return last
+  return {last, 0}
 end
 
 if op ~= 'resume' then
@@ -106,46 +160,6 @@ if not rec then
                            'as many as it was opened with)')
 end
 if rank == '' and string.sub(owner, 1, 1) == '#' then rank = string.sub(owner, 2) end
--- Newest first, each to the front of its list: the oldest ends up next.
-local budget = 1000
-local more = 0
-while true do
-  local src = log
-  if redis.call('EXISTS', log) == 0 then
-    local newest = redis.call('LINDEX', kept, -1)
-    if not newest or tonumber(newest) <= tonumber(n) then break end
-    src = seg(newest)
-    if redis.call('EXISTS', src) == 0 then
-      redis.call('RPOP', kept)
-      redis.call('HDEL', ck, newest)
-      src = nil
-    end
-  end
-  if src then
-    if budget == 0 then
-      more = 1
-      break
-    end
-    for _, id in ipairs(redis.call('LPOP', src, budget)) do
-      local r = pre .. 'ret:' .. id
-      budget = budget - 1
-      if redis.call('HEXISTS', pre .. 'retained', id) == 1 and redis.call('EXISTS', r) == 1 and
-         redis.call('HEXISTS', pre .. 'dlv', id) == 0 then
-        local size = redis.call('STRLEN', r)
-        redis.call('RENAME', r, pre .. 'b:' .. id)
-        redis.call('HDEL', pre .. 'retained', id)
-        redis.call('DECRBY', pre .. 'retained_bytes', size)
-        redis.call('HSET', pre .. 'dlv', id, 0)
-        redis.call('INCRBY', pre .. 'bytes', size)
-        local e = string.match(id, '^(%d+):')
-        redis.call('HINCRBY', pre .. 'estats', e .. ':acked', -1)
-        redis.call('HINCRBY', pre .. 'stats', 'acked', -1)
-        redis.call('HINCRBY', pre .. 'stats', 'acked_bytes', -size)
-        redis.call('HINCRBY', pre .. 'stats', 'rolled_back', 1)
-        redis.call('RPUSH', ready_key(e, rank), id)
-      end
-    end
-  end
-end
+local more = give_back_after(tonumber(n), rank)
 if cid ~= '' then redis.call('HSET', ck, 'cid', cid) end
 return {tonumber(string.match(rec, '^(%d+)')), more, last}

@@ -441,6 +441,7 @@ local function retain(id, size, owner)
   redis.call('HSET', pre .. 'retained', id, owner)
   redis.call('INCRBY', pre .. 'retained_bytes', size)
   redis.call('LPUSH', pre .. 'clog:' .. owner, id)
+  redis.call('SADD', pre .. 'cowners', owner)
 end
 
 -- Forgets retained frames for good.

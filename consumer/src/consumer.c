@@ -289,7 +289,8 @@ static sluice_err register_consumer(sluice_consumer *c, setup_link *l, char *err
 /* Checkpoints at open, once c is registered: resumes o->resume's
  * checkpoint (the batches acknowledged after it go back to their lists,
  * in steps of the script's), and sets *start to its epoch; without a
- * token, makes the owner's earlier acknowledgements final (fresh). */
+ * token (fresh), an owner that never took a checkpoint gets back all it
+ * acknowledged, and one that did makes its acknowledgements final. */
 static sluice_err ckpt_open(sluice_consumer *c, const sluice_consumer_opts *o, setup_link *l,
                             int64_t *start, char *errbuf, size_t errlen)
 {
@@ -313,16 +314,14 @@ static sluice_err ckpt_open(sluice_consumer *c, const sluice_consumer_opts *o, s
         redisReply *r = NULL;
         sluice_err e = link_script(l, c->queue, SLUICEI_SCRIPT_CHECKPOINT, o->resume ? 7 : 5,
                                    argv, &r);
-        if (e == SLUICE_OK && r && r->type == REDIS_REPLY_INTEGER && !o->resume) {
-            c->ckpt_last = (uint64_t)r->integer;
+        /* fresh: {last, more}; resume: {epoch, more, last}. */
+        size_t want = o->resume ? 3 : 2;
+        if (e == SLUICE_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements == want) {
+            long long more = r->element[1]->integer;
+            c->ckpt_last = (uint64_t)r->element[want - 1]->integer;
+            if (o->resume)
+                *start = r->element[0]->integer;
             freeReplyObject(r);
-            return SLUICE_OK;
-        }
-        if (e == SLUICE_OK && r && r->type == REDIS_REPLY_ARRAY && r->elements == 3 && o->resume) {
-            long long ep = r->element[0]->integer, more = r->element[1]->integer;
-            c->ckpt_last = (uint64_t)r->element[2]->integer;
-            freeReplyObject(r);
-            *start = ep;
             if (!more)
                 return SLUICE_OK;
             continue;

@@ -321,9 +321,11 @@ SLUICE_EXPORT const char *sluice_consumer_id(const sluice_consumer *c);
  * The cost: Redis keeps the frames of the batches acknowledged since the
  * oldest of the last checkpoint_keep checkpoints (sluice-ctl checkpoints
  * shows how many bytes); they do not count against the queue's budgets.
- * Opening without resume, with checkpoints on, makes the owner's earlier
- * acknowledgements final (its checkpoints before are forgotten; numbering
- * goes on).
+ * Opening with checkpoints on but without resume: an owner that never took
+ * a checkpoint gets back everything it acknowledged (its trainer crashed
+ * before saving anything); one that has checkpoints starts over, its
+ * earlier acknowledgements final (its checkpoints are forgotten; the
+ * numbering goes on).
  *
  * Returns SLUICE_OK; SLUICE_ERR_INVALID when the consumer was opened
  * without checkpoints or acknowledges at most once, or len is too small
