@@ -122,6 +122,10 @@ typedef struct sluice_task {
     int attempt;              /* 1 on the first try */
 } sluice_task;
 
+/* The largest shuffle window a job may have, in records (sluice-ctl submit
+ * --shuffle-buffer). A task claimed with a larger one fails at once. */
+#define SLUICE_SHUFFLE_BUFFER_MAX 1048576
+
 /* Claims the next task of the queue's job, waiting up to timeout_ms (< 0:
  * until one comes or the job ends) while other producers hold the
  * remaining ones. On SLUICE_OK *out is the task, owned by p until
