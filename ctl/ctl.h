@@ -115,6 +115,7 @@ const char *ctl_fields_or(const ctl_fields *h, const char *name, const char *dfl
 
 typedef struct epoch_info {
     long long ready, pushed, acked, dropped, padded, failed_tasks, finished;
+    long long dropped_records;  /* records of short last batches not pushed (drop_remainder) */
     int ended;
 } epoch_info;
 
@@ -142,6 +143,8 @@ typedef struct job_info {
     char *state, *seed;         /* NULL when absent; owned */
     long long epoch_open, batch_size, max_attempts, ntasks;
     long long max_crashes;      /* 20 when absent (a job older than the field) */
+    long long shuffle_buffer;   /* 0 when absent */
+    int drop_remainder;
 } job_info;
 
 /* Everything info, jobs, stat and metrics show, read from Redis (not
@@ -207,6 +210,8 @@ typedef struct submit_opts {
     const char *manifest;
     uint64_t epochs, batch_size, max_attempts, max_crashes, seed;
     int has_seed;
+    uint64_t shuffle_buffer;  /* records per shuffle window; 0: none */
+    int drop_remainder;
 } submit_opts;
 
 int submit_parse(int argc, char **argv, submit_opts *o);

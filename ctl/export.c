@@ -251,6 +251,9 @@ static void queue_metrics(sluicei_mtext *t, const qview *v)
          offsetof(epoch_info, ready)},
         {"sluice_epoch_tasks_finished", "gauge", "Tasks of the epoch done or failed.",
          offsetof(epoch_info, finished)},
+        {"sluice_epoch_dropped_records_total", "counter",
+         "Records of the epoch not pushed: the short last batches of its tasks "
+         "(drop_remainder).", offsetof(epoch_info, dropped_records)},
     };
     for (size_t m = 0; m < sizeof per_epoch / sizeof per_epoch[0]; m++) {
         sluicei_mtext_family(t, per_epoch[m].name, per_epoch[m].type, per_epoch[m].help);

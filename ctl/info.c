@@ -55,6 +55,8 @@ static void print_job(const qinfo *in)
     printf("epoch_open: %lld\n", j->epoch_open);
     printf("batch_size: %lld\n", j->batch_size);
     printf("shuffle_seed: %s\n", seed && *seed ? seed : "none");
+    printf("shuffle_buffer: %lld\n", j->shuffle_buffer);
+    printf("drop_remainder: %s\n", j->drop_remainder ? "yes" : "no");
     printf("max_attempts: %lld\n", j->max_attempts);
     printf("max_crashes: %lld\n", j->max_crashes);
     printf("shards: %lld\n", j->ntasks);
@@ -71,9 +73,9 @@ static void print_job(const qinfo *in)
     for (long long e = 0; e < in->epochs; e++) {
         const epoch_info *x = &in->ep[e];
         printf("epoch %lld: ready=%lld pushed=%lld acked=%lld dropped=%lld padded=%lld "
-               "tasks_finished=%lld/%lld failed_tasks=%lld end=%s\n",
-               e, x->ready, x->pushed, x->acked, x->dropped, x->padded, x->finished,
-               j->ntasks, x->failed_tasks, x->ended ? "posted" : "open");
+               "dropped_records=%lld tasks_finished=%lld/%lld failed_tasks=%lld end=%s\n",
+               e, x->ready, x->pushed, x->acked, x->dropped, x->padded, x->dropped_records,
+               x->finished, j->ntasks, x->failed_tasks, x->ended ? "posted" : "open");
     }
     printf("producers: %zu\n", qstate_alive(in->prod, in->nprod, in->lease_ms));
     print_peers("producer", in->prod, in->nprod, in->lease_ms);
@@ -179,6 +181,8 @@ void info_json_job(json_writer *w, const qinfo *in)
         json_value(w, "shuffle_seed", seed);
     else
         json_str(w, "shuffle_seed", NULL);
+    json_int(w, "shuffle_buffer", j->shuffle_buffer);
+    json_bool(w, "drop_remainder", j->drop_remainder);
     json_int(w, "max_attempts", j->max_attempts);
     json_int(w, "shards", j->ntasks);
     json_object_begin(w, "tasks");
@@ -208,6 +212,7 @@ void info_json_job(json_writer *w, const qinfo *in)
         json_int(w, "acked", x->acked);
         json_int(w, "dropped", x->dropped);
         json_int(w, "padded", x->padded);
+        json_int(w, "dropped_records", x->dropped_records);
         json_int(w, "tasks_finished", x->finished);
         json_int(w, "failed_tasks", x->failed_tasks);
         json_bool(w, "end_posted", x->ended);

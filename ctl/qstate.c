@@ -318,6 +318,8 @@ static int read_job(job_info *j, const redisReply *h)
     j->max_attempts = hnum(h, "max_attempts");
     j->ntasks = hnum(h, "ntasks");
     j->max_crashes = hget(h, "max_crashes") ? hnum(h, "max_crashes") : 20;
+    j->shuffle_buffer = hnum(h, "shuffle_buffer");
+    j->drop_remainder = hnum(h, "drop_remainder") != 0;
     return oom ? -1 : 0;
 }
 
@@ -342,6 +344,7 @@ static int read_epochs(ctl *x, qinfo *in, redisReply *const *h)
         EST(dropped, "dropped");
         EST(padded, "padded");
         EST(failed_tasks, "failed_tasks");
+        EST(dropped_records, "dropped_records");
 #undef EST
         snprintf(f, sizeof f, "%lld", e);
         ep->finished = hnum(h[H_EDONE], f);
@@ -660,6 +663,7 @@ static int qinfo_merge(qinfo *all, const qinfo *parts, int P, const char *q)
             x->acked += y->acked;
             x->dropped += y->dropped;
             x->padded += y->padded;
+            x->dropped_records += y->dropped_records;
             x->failed_tasks += y->failed_tasks;
             x->finished += y->finished;
             x->ended &= y->ended;

@@ -312,6 +312,8 @@ static void stat_job_text(FILE *f, const qinfo *in)
                 x->finished, ntasks, x->pushed, x->acked, x->ready);
         if (x->dropped || x->padded)
             fprintf(f, ", dropped %lld, padded %lld", x->dropped, x->padded);
+        if (x->dropped_records)
+            fprintf(f, ", records dropped %lld", x->dropped_records);
         fprintf(f, "  %s\n", x->ended ? "end posted" : "open");
     }
     if (hi < in->epochs)

@@ -5,6 +5,8 @@
 #include "ctl.h"
 #include "num.h"
 
+#include <sluice/producer.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,20 @@ int submit_parse(int argc, char **argv, submit_opts *o)
             if (got < 0)
                 return SLUICEI_EXIT_USAGE;
             o->manifest = val;
+            continue;
+        }
+        if (strcmp(argv[i], "--drop-remainder") == 0) {
+            o->drop_remainder = 1;
+            continue;
+        }
+        if ((got = sluicei_flag_value(argc, argv, &i, "--shuffle-buffer", &val)) != 0) {
+            if (got < 0)
+                return SLUICEI_EXIT_USAGE;
+            if (sluicei_parse_u64(val, strlen(val), SLUICE_SHUFFLE_BUFFER_MAX,
+                                  &o->shuffle_buffer) != 0)
+                return sluicei_usage_error("--shuffle-buffer '%s' is not an integer in 0..%d "
+                                           "(records held per task being produced)", val,
+                                           SLUICE_SHUFFLE_BUFFER_MAX);
             continue;
         }
         if ((got = sluicei_flag_value(argc, argv, &i, "--shuffle-seed", &val)) != 0) {
@@ -194,7 +210,7 @@ int submit_run(ctl *x, const submit_opts *o, const sluicei_shard *shards, size_t
                 x->q, P, n, n == 1 ? "" : "s");
         return SLUICEI_EXIT_RUNTIME;
     }
-    char token[40], ep[24], ns[24], bs[24], seed[24], ma[24], mc[24], num[24];
+    char token[40], ep[24], ns[24], bs[24], seed[24], ma[24], mc[24], num[24], sb[24];
     snprintf(token, sizeof token, "%016" PRIx64 "-%" PRIu64, sluicei_random64(),
              sluicei_wall_us());
     snprintf(ep, sizeof ep, "%" PRIu64, o->epochs);
@@ -204,6 +220,7 @@ int submit_run(ctl *x, const submit_opts *o, const sluicei_shard *shards, size_t
         snprintf(seed, sizeof seed, "%" PRIu64, o->seed);
     snprintf(ma, sizeof ma, "%" PRIu64, o->max_attempts);
     snprintf(mc, sizeof mc, "%" PRIu64, o->max_crashes);
+    snprintf(sb, sizeof sb, "%" PRIu64, o->shuffle_buffer);
     uint32_t *perm = malloc(n * sizeof *perm);
     char (*pending)[48] = malloc((size_t)P * SUBMIT_CHUNK * sizeof *pending);
     size_t *npend = calloc((size_t)P, sizeof *npend);
@@ -219,9 +236,9 @@ int submit_run(ctl *x, const submit_opts *o, const sluicei_shard *shards, size_t
     for (int p = 0; p < P; p++) {
         size_t mine = n / (size_t)P + ((size_t)p < n % (size_t)P);
         snprintf(ns, sizeof ns, "%zu", mine);
-        const char *args[7] = {ep, ns, bs, seed, ma, mc, NULL};
+        const char *args[8] = {ep, ns, bs, seed, ma, mc, sb, o->drop_remainder ? "1" : "0"};
         long long left = 0;
-        if (submit_step(x, p, "begin", token, 6, args, &left))
+        if (submit_step(x, p, "begin", token, 8, args, &left))
             goto out;
         begun = p + 1;
         while (left > 0)

@@ -3,6 +3,7 @@
 -- so that a job of millions of tasks never blocks Redis, and makes it
 -- visible at once at the end: all or nothing. ARGV op, token, then:
 --   begin  epochs nshards batch_size seed max_attempts max_crashes
+--          [shuffle_buffer drop_remainder] (both '0' when left out)
 --          checks that the queue takes a job (none runs; the batches of a
 --          finished one are all consumed) and claims the staging area
 --          (jstage) for token. Returns how many keys left by the previous
@@ -70,7 +71,8 @@ if op == 'begin' then
   redis.call('HSET', stage, 'token', tok, 'touched', now, 'epochs', ARGV[3],
              'nshards', ARGV[4], 'batch_size', ARGV[5], 'seed', ARGV[6],
              'max_attempts', ARGV[7], 'max_crashes', ARGV[8], 'defs', 0, 'tasks', 0,
-             'clear_e', 0, 'clear_until', until_e)
+             'clear_e', 0, 'clear_until', until_e,
+             'shuffle_buffer', ARGV[9] or '0', 'drop_remainder', ARGV[10] or '0')
   return left()
 end
 
@@ -82,7 +84,8 @@ if op == 'commit' then
   local err = mine()
   if err then return err end
   local s = redis.call('HMGET', stage, 'epochs', 'nshards', 'batch_size', 'seed',
-                       'max_attempts', 'max_crashes', 'defs', 'tasks')
+                       'max_attempts', 'max_crashes', 'defs', 'tasks',
+                       'shuffle_buffer', 'drop_remainder')
   local epochs, nshards = tonumber(s[1]), tonumber(s[2])
   -- Acknowledgements since the last clear (of batches pushed without a
   -- job, say) may have added a few bitmaps.
@@ -106,7 +109,8 @@ if op == 'commit' then
   redis.call('HSET', job, 'epochs', epochs, 'ntasks', nshards, 'batch_size', s[3],
              'seed', s[4], 'max_attempts', s[5], 'max_crashes', s[6], 'token', tok,
              'submitted_us', now * 1000,
-             'epoch_open', 0, 'state', 'running', 'twaiting', nshards * epochs, 'tscan', 0)
+             'epoch_open', 0, 'state', 'running', 'twaiting', nshards * epochs, 'tscan', 0,
+             'shuffle_buffer', s[9] or '0', 'drop_remainder', s[10] or '0')
   redis.call('DEL', stage)
   wake_task_waiters()
   return nshards * epochs

@@ -3,8 +3,10 @@
 -- Reaps expired task leases, then claims under a lease the next waiting
 -- task of the lowest epoch that has one (the open epoch's first: the
 -- consumers wait for it). Returns {'task', 'epoch:shard', definition,
--- attempt, batch_size, epochs, resume} (resume: the first seq to push,
--- where a producer that handed the task back stopped), {'wait'} when
+-- attempt, batch_size, epochs, resume, shuffle_buffer, drop_remainder,
+-- seed} (resume: the first seq to push, where a producer that handed the
+-- task back stopped; the job's shuffle window in records, 0 for none;
+-- drop_remainder '1' or '0'; seed '' when the job has none), {'wait'} when
 -- every remaining task is claimed by someone else, {'done', failed tasks}
 -- when the job is finished, {'nojob'} when there is none, and with need_room '1'
 -- {'full'} when the queue is at its budget (nothing claimed).
@@ -51,6 +53,8 @@ local rid = run_id()
 if rid then redis.call('HSET', pre .. 'trun', t, rid) end
 local attempt = redis.call('HINCRBY', pre .. 'tattempts', t, 1)
 local shard = string.match(t, ':(%d+)$')
-local j = redis.call('HMGET', job, 'batch_size', 'epochs')
+local j = redis.call('HMGET', job, 'batch_size', 'epochs', 'shuffle_buffer', 'drop_remainder',
+                     'seed')
 return {'task', t, redis.call('HGET', pre .. 'taskdef', shard), attempt, j[1], j[2],
-        tonumber(redis.call('HGET', pre .. 'tresume', t) or '0')}
+        tonumber(redis.call('HGET', pre .. 'tresume', t) or '0'), j[3] or '0', j[4] or '0',
+        j[5] or ''}

@@ -1,9 +1,10 @@
 /* Job mode (no FILE given): claims the tasks of the queue's job
  * (sluice-ctl submit) one after another under a lease, produces each
- * (reader, paths and record range from the manifest, batch size from the
- * job; a task's last batch may be short) and ends it as done, failed or
- * handed back; exits when the job is finished (--follow: waits for the
- * next job). */
+ * (reader, paths and record range from the manifest, batch size, record
+ * shuffle and remainder from the job; a task's last batch may be short,
+ * or dropped with drop_remainder) and ends it as done, failed or handed
+ * back; exits when the job is finished (--follow: waits for the next
+ * job). */
 #include "daemon.h"
 
 #include "cli.h"
@@ -59,7 +60,7 @@ static int run_task(run *r, sluice_task *t)
     char what[512], key[64];
     double t0 = produce_now();
     counts c = {0};
-    uint64_t nread = 0;
+    uint64_t nread = 0, dropped;
     snprintf(key, sizeof key, "%" PRIu32 ":%" PRIu64, t->epoch, t->shard);
     if (sluicei_batcher_resize(r->b, t->batch_size) != SLUICE_OK) {
         snprintf(r->err, sizeof r->err, "out of memory for batches of %" PRIu32 " records",
@@ -68,9 +69,17 @@ static int run_task(run *r, sluice_task *t)
         produce_say(r, PROG ": task %s: %s\n", key, r->err);
         return SLUICEI_EXIT_RUNTIME;
     }
+    /* The job's order: the same batches whoever produces the task. */
+    const sluicei_batch_order order = {.window = t->shuffle_buffer, .seed = t->shuffle_seed,
+                                       .epoch = t->epoch, .shard = t->shard,
+                                       .drop_remainder = t->drop_remainder};
     sluicei_reader *rd = NULL;
     enum outcome o = OUT_INPUT_ERROR;
-    if (produce_open_input(r, &rd, t->reader, t->paths, t->npaths, t->start, t->end) == SLUICE_OK) {
+    if (sluicei_batcher_set_order(r->b, &order) != SLUICE_OK)
+        snprintf(r->err, sizeof r->err, "shuffle_buffer %" PRIu32 " is over %d records",
+                 t->shuffle_buffer, SLUICE_SHUFFLE_BUFFER_MAX);
+    else if (produce_open_input(r, &rd, t->reader, t->paths, t->npaths, t->start, t->end) ==
+             SLUICE_OK) {
         o = produce(r, rd, &c, &nread);
         sluicei_reader_close(rd);   /* kills an --exec command still running */
     }
@@ -82,11 +91,16 @@ static int run_task(run *r, sluice_task *t)
     sluice_err e;
     switch (o) {
     case OUT_DONE:
-        e = sluice_producer_task_done(r->p, t);
+        dropped = t->dropped_records = sluicei_batcher_dropped(r->b);
+        e = sluice_producer_task_done(r->p, t);   /* frees t */
         if (e == SLUICE_OK) {
             r->tasks_done++;
             counts_add(&r->total, &c);
-            if (!r->cf->quiet)
+            if (!r->cf->quiet && dropped)
+                produce_say(r, "task %s (%s) done: %" PRIu64 " batches in %.1f s (%" PRIu64
+                            " records dropped: drop_remainder)\n", key, what, c.batches,
+                            produce_now() - t0, dropped);
+            else if (!r->cf->quiet)
                 produce_say(r, "task %s (%s) done: %" PRIu64 " batches in %.1f s\n", key,
                             what, c.batches, produce_now() - t0);
             return 0;

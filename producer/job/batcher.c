@@ -1,6 +1,7 @@
 /* The batcher (batcher.h): records copied out of a reader until a batch is
  * full, then handed over as records, as tensors gathered from rows, or
- * through a transform plugin. */
+ * through a transform plugin; with a job's order, the records shuffled
+ * within windows first, and a short last batch dropped. */
 #include "batcher.h"
 
 #include <stdio.h>
@@ -21,6 +22,16 @@ struct sluicei_batcher {
     unsigned char *col[SLUICEI_READER_MAX_COLUMNS];
     size_t colcap[SLUICEI_READER_MAX_COLUMNS];
     sluice_tensor tens[SLUICEI_READER_MAX_COLUMNS];
+    /* The order of the runs, and the shuffle window being filled: its
+     * records' bytes back to back (wend[i]: end of record i), and the
+     * permutation. Grown as records come, up to the window. */
+    sluicei_batch_order order;
+    unsigned char *wdata;
+    size_t wlen, wcap;
+    size_t *wend;
+    uint32_t *perm;
+    size_t wn, wslots;
+    uint64_t dropped;       /* by the last run (drop_remainder) */
 };
 
 sluice_err sluicei_batcher_new(sluicei_batcher **out, size_t batch_size)
@@ -47,7 +58,62 @@ void sluicei_batcher_free(sluicei_batcher *b)
     free(b->recs);
     for (int i = 0; i < SLUICEI_READER_MAX_COLUMNS; i++)
         free(b->col[i]);
+    free(b->wdata);
+    free(b->wend);
+    free(b->perm);
     free(b);
+}
+
+sluice_err sluicei_batcher_set_order(sluicei_batcher *b, const sluicei_batch_order *o)
+{
+    if (o->window > SLUICE_SHUFFLE_BUFFER_MAX)
+        return SLUICE_ERR_INVALID;
+    b->order = *o;
+    return SLUICE_OK;
+}
+
+uint64_t sluicei_batcher_dropped(const sluicei_batcher *b)
+{
+    return b->dropped;
+}
+
+/* splitmix64 (Steele, Lea, Flood), as sluice-ctl submit uses for the task
+ * order: the step, and its output function alone to mix the seed. */
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    return mix64(*state += 0x9e3779b97f4a7c15ULL);
+}
+
+/* A uniform value in [0, bound), bound >= 1 (rejection, no modulo bias). */
+static uint64_t uniform(uint64_t *state, uint64_t bound)
+{
+    uint64_t threshold = (0 - bound) % bound;   /* 2^64 mod bound */
+    for (;;) {
+        uint64_t x = splitmix64(state);
+        if (x >= threshold)
+            return x % bound;
+    }
+}
+
+void sluicei_shuffle_perm(uint32_t *perm, size_t n, uint64_t seed, uint32_t epoch,
+                          uint64_t shard, uint64_t window)
+{
+    uint64_t st = mix64(mix64(mix64(mix64(seed) ^ epoch) ^ shard) ^ window);
+    for (size_t i = 0; i < n; i++)
+        perm[i] = (uint32_t)i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)uniform(&st, i);
+        uint32_t t = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = t;
+    }
 }
 
 sluice_err sluicei_batcher_resize(sluicei_batcher *b, size_t max)
@@ -199,49 +265,156 @@ sluice_err sluicei_batcher_take(sluicei_batcher *b, sluicei_transform *tf,
     return e;
 }
 
+/* What a run needs besides the batcher. */
+typedef struct run_ctx {
+    sluicei_transform *tf;
+    const sluicei_column *cols;
+    size_t ncols;
+    const sluicei_batcher_hooks *h;
+    char *err;
+    size_t errlen;
+} run_ctx;
+
+/* Hands the batch being filled over (a full one, or the last). Returns 0
+ * or what the run returns. */
+static int emit(sluicei_batcher *b, const run_ctx *x)
+{
+    sluicei_batch_out out;
+    if (sluicei_batcher_take(b, x->tf, x->cols, x->ncols, &out, x->err, x->errlen) != SLUICE_OK)
+        return SLUICEI_BATCHER_INPUT_ERROR;
+    if (out.nrecords == 0 && out.ntensors == 0)
+        return 0;   /* the transform dropped it */
+    return x->h->batch(x->h->arg, &out);
+}
+
+/* Copies rec into the shuffle window being filled (not full yet). */
+static sluice_err window_add(sluicei_batcher *b, const sluice_record *r)
+{
+    if (b->wn == b->wslots) {
+        /* Grown by doubling up to the window: a short task holds little. */
+        size_t n = b->wslots ? 2 * b->wslots : 1024;
+        if (n > b->order.window)
+            n = b->order.window;
+        size_t *ne = realloc(b->wend, n * sizeof *ne);
+        if (!ne)
+            return SLUICE_ERR_NOMEM;
+        b->wend = ne;
+        b->wslots = n;
+    }
+    if (r->len > b->wcap - b->wlen) {
+        size_t ncap = b->wcap ? b->wcap : DATA_BYTES_INITIAL;
+        while (ncap - b->wlen < r->len) {
+            if (ncap > SIZE_MAX / 2)
+                return SLUICE_ERR_NOMEM;
+            ncap *= 2;
+        }
+        unsigned char *nd = realloc(b->wdata, ncap);
+        if (!nd)
+            return SLUICE_ERR_NOMEM;
+        b->wdata = nd;
+        b->wcap = ncap;
+    }
+    if (r->len)
+        memcpy(b->wdata + b->wlen, r->data, r->len);
+    b->wlen += r->len;
+    b->wend[b->wn++] = b->wlen;
+    return SLUICE_OK;
+}
+
+/* Feeds shuffle window w (b->wn records) into batches in its permuted
+ * order, handing over each batch that fills, and empties the window.
+ * Returns 0 or what the run returns. */
+static int window_flush(sluicei_batcher *b, uint64_t w, const run_ctx *x)
+{
+    size_t n = b->wn;
+    b->wn = b->wlen = 0;
+    uint32_t *perm = realloc(b->perm, (n ? n : 1) * sizeof *perm);
+    if (!perm) {
+        snprintf(x->err, x->errlen, "out of memory for a shuffle window of %zu records", n);
+        return SLUICEI_BATCHER_INPUT_ERROR;
+    }
+    b->perm = perm;
+    const sluicei_batch_order *o = &b->order;
+    sluicei_shuffle_perm(perm, n, o->seed, o->epoch, o->shard, w);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = perm[i], from = at ? b->wend[at - 1] : 0;
+        sluice_record r = {b->wdata + from, b->wend[at] - from};
+        if (sluicei_batcher_add(b, &r) != SLUICE_OK) {
+            snprintf(x->err, x->errlen, "out of memory for a batch");
+            return SLUICEI_BATCHER_INPUT_ERROR;
+        }
+        if (b->n == b->max) {
+            int k = emit(b, x);
+            if (k != 0)
+                return k;
+        }
+    }
+    return 0;
+}
+
+/* The end of a run: every count back to empty; returns k. */
+static int run_end(sluicei_batcher *b, int k)
+{
+    b->n = b->len = 0;
+    b->wn = b->wlen = 0;
+    return k;
+}
+
 int sluicei_batcher_run(sluicei_batcher *b, sluicei_reader *rd, sluicei_transform *tf,
                         const sluicei_batcher_hooks *h, uint64_t *nread, char *err,
                         size_t errlen)
 {
-    size_t ncols = 0;
-    const sluicei_column *cols = sluicei_reader_columns(rd, &ncols);
-    sluicei_batch_out out;
+    run_ctx x = {.tf = tf, .h = h, .err = err, .errlen = errlen};
+    x.cols = sluicei_reader_columns(rd, &x.ncols);
+    size_t window = b->order.window > 1 ? b->order.window : 0;
+    uint64_t w = 0;   /* the shuffle window being filled */
     sluice_record rec;
     b->n = b->len = 0;
+    b->wn = b->wlen = 0;
+    b->dropped = 0;
     for (;;) {
         if (h->poll) {
-            int k = h->poll(h->arg, b->n);
-            if (k != 0) {
-                b->n = b->len = 0;   /* a partly filled batch is not handed over */
-                return k;
-            }
+            /* (What the window holds is pending too.) */
+            int k = h->poll(h->arg, b->n + b->wn);
+            if (k != 0)
+                return run_end(b, k);   /* a partly filled batch is not handed over */
         }
         sluice_err e = sluicei_reader_next(rd, &rec, err, errlen);
-        if (e == SLUICE_EOF && b->n == 0)
-            return 0;
-        if (e != SLUICE_OK && e != SLUICE_EOF) {
-            b->n = b->len = 0;
-            return SLUICEI_BATCHER_INPUT_ERROR;
-        }
+        if (e != SLUICE_OK && e != SLUICE_EOF)
+            return run_end(b, SLUICEI_BATCHER_INPUT_ERROR);
         if (e == SLUICE_OK) {
             (*nread)++;
-            if (sluicei_batcher_add(b, &rec) != SLUICE_OK) {
-                snprintf(err, errlen, "out of memory for a batch");
-                b->n = b->len = 0;
-                return SLUICEI_BATCHER_INPUT_ERROR;
+            int k = 0;
+            if (window) {
+                if (window_add(b, &rec) != SLUICE_OK) {
+                    snprintf(err, errlen, "out of memory for a shuffle window of %zu records",
+                             window);
+                    return run_end(b, SLUICEI_BATCHER_INPUT_ERROR);
+                }
+                if (b->wn == window)
+                    k = window_flush(b, w++, &x);
+            } else {
+                if (sluicei_batcher_add(b, &rec) != SLUICE_OK) {
+                    snprintf(err, errlen, "out of memory for a batch");
+                    return run_end(b, SLUICEI_BATCHER_INPUT_ERROR);
+                }
+                if (b->n == b->max)
+                    k = emit(b, &x);
             }
-            if (b->n < b->max)
-                continue;
-        }
-        /* A full batch, or the last one. */
-        if (sluicei_batcher_take(b, tf, cols, ncols, &out, err, errlen) != SLUICE_OK)
-            return SLUICEI_BATCHER_INPUT_ERROR;
-        if (out.nrecords > 0 || out.ntensors > 0) {   /* else the transform dropped it */
-            int k = h->batch(h->arg, &out);
             if (k != 0)
-                return k;
+                return run_end(b, k);
+            continue;
         }
-        if (e == SLUICE_EOF)
-            return 0;
+        /* The end: the last window, then the last batch if any. */
+        if (b->wn > 0) {
+            int k = window_flush(b, w++, &x);
+            if (k != 0)
+                return run_end(b, k);
+        }
+        if (b->n > 0 && b->order.drop_remainder) {
+            b->dropped = b->n;
+            return run_end(b, 0);
+        }
+        return run_end(b, b->n > 0 ? emit(b, &x) : 0);
     }
 }

@@ -12,7 +12,8 @@
  *     sluicei_batcher_free(b);
  *
  * A batch never holds more than its batch size; only the last one of a run
- * (the end of the reader) may hold fewer, never none. A batch that was not
+ * (the end of the reader) may hold fewer, never none (with drop_remainder,
+ * sluicei_batcher_set_order(), that one is dropped). A batch that was not
  * full when the run stopped (a reader error, a hook said stop) is dropped.
  * Records are copied out of the reader (whose record is valid only until
  * its next call); the buffers are kept and reused from batch to batch.
@@ -26,6 +27,7 @@
 
 #include <sluice/batch.h>
 #include <sluice/common.h>
+#include <sluice/producer.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -101,14 +103,54 @@ typedef struct sluicei_batcher_hooks {
  * batch could not be made (sluicei_batcher_take()'s errors); err says why. */
 #define SLUICEI_BATCHER_INPUT_ERROR (-1)
 
+/* The record order and remainder of the runs that follow (a job's, for
+ * one task; all zero, as after sluicei_batcher_new(): file order, every
+ * batch handed over). */
+typedef struct sluicei_batch_order {
+    /* > 1: the records are shuffled within consecutive windows of this
+     * many (window w: records w*window .. (w+1)*window - 1 of the run),
+     * each by sluicei_shuffle_perm(seed, epoch, shard, w), and batches are
+     * cut from the shuffled windows one after another; the whole window is
+     * held (copied) until it is full or the reader ends. 0 or 1: no
+     * shuffle. At most SLUICE_SHUFFLE_BUFFER_MAX. */
+    uint32_t window;
+    uint64_t seed;
+    uint32_t epoch;
+    uint64_t shard;
+    /* 1: a short last batch is not handed over; its records are counted
+     * (sluicei_batcher_dropped()). */
+    int drop_remainder;
+} sluicei_batch_order;
+
+/* Sets the order of the runs to come. SLUICE_ERR_INVALID (nothing
+ * changed) for a window over SLUICE_SHUFFLE_BUFFER_MAX. */
+sluice_err sluicei_batcher_set_order(sluicei_batcher *b, const sluicei_batch_order *o);
+
+/* Records the last run did not hand over because of drop_remainder (its
+ * short last batch), whatever the outcome; 0 when it did not end, or
+ * ended on a full batch. */
+uint64_t sluicei_batcher_dropped(const sluicei_batcher *b);
+
 /* Empties b, then reads rd to its end in batches of b's size, each made by
  * sluicei_batcher_take() (tf and the reader's columns) and handed to
- * hooks->batch. *nread (not NULL) counts the records read, whatever the
- * outcome. Returns 0 when rd ended and every batch was handed over,
- * SLUICEI_BATCHER_INPUT_ERROR (err set), or the value with which a hook
- * stopped the run. b is empty on return. */
+ * hooks->batch; in the order set by sluicei_batcher_set_order(). *nread
+ * (not NULL) counts the records read, whatever the outcome. Returns 0 when
+ * rd ended and every batch was handed over (but a short last one with
+ * drop_remainder), SLUICEI_BATCHER_INPUT_ERROR (err set; also "out of
+ * memory for a shuffle window of N records"), or the value with which a
+ * hook stopped the run. b is empty on return. The batches depend only on
+ * the records, the batch size and the order: a run over the same input
+ * gives the same batches every time. */
 int sluicei_batcher_run(sluicei_batcher *b, sluicei_reader *rd, sluicei_transform *tf,
                         const sluicei_batcher_hooks *hooks, uint64_t *nread, char *err,
                         size_t errlen);
+
+/* The permutation of shuffle window `window` of a task: perm[i] (i < n) is
+ * the position in the window of the record that goes i-th. Fisher-Yates
+ * driven by splitmix64, seeded from (seed, epoch, shard, window) as
+ * docs/PROTOCOL.md ("Record shuffle") states, so that any producer, in
+ * any language, makes the same. n at most SLUICE_SHUFFLE_BUFFER_MAX. */
+void sluicei_shuffle_perm(uint32_t *perm, size_t n, uint64_t seed, uint32_t epoch,
+                          uint64_t shard, uint64_t window);
 
 #endif

@@ -75,6 +75,24 @@ static sluice_err fail_script(sluice_producer *p, const char *error, int handbac
     return e;
 }
 
+/* The job's record order of a 'task' reply (elements 7 to 9): the
+ * shuffle window, drop_remainder and the seed ('' when the job has none).
+ * Absent elements are 0. Returns 0, or -1 when one is malformed. */
+static int order_fields(const redisReply *r, uint64_t *shuffle, uint64_t *drop, uint64_t *seed)
+{
+    if (r->elements >= 8 && r->element[7]->type != REDIS_REPLY_NIL &&
+        reply_u64(r->element[7], SLUICE_SHUFFLE_BUFFER_MAX, shuffle))
+        return -1;
+    if (r->elements >= 9 && r->element[8]->type != REDIS_REPLY_NIL &&
+        reply_u64(r->element[8], 1, drop))
+        return -1;
+    if (r->elements >= 10 && r->element[9]->type != REDIS_REPLY_NIL &&
+        !(r->element[9]->type == REDIS_REPLY_STRING && r->element[9]->len == 0) &&
+        reply_u64(r->element[9], UINT64_MAX, seed))
+        return -1;
+    return 0;
+}
+
 /* Makes the task of a 'task' reply r the one held; on SLUICE_OK *out is
  * it. A task whose definition is unusable is failed at once (the attempt
  * counts) and SLUICE_ERR_FORMAT returned, so that the caller claims the
@@ -83,6 +101,7 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
                             int64_t sent_ms, sluice_task **out)
 {
     uint64_t epoch, shard, attempt, batch_size, epochs, resume = 0;
+    uint64_t shuffle = 0, drop = 0, seed = 0;
     const char *key, *colon;
     if (r->elements < 6 || r->element[1]->type != REDIS_REPLY_STRING ||
         (key = r->element[1]->str, colon = strchr(key, ':')) == NULL ||
@@ -112,6 +131,9 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
     else if (r->elements >= 7 && r->element[6]->type != REDIS_REPLY_NIL &&
              reply_u64(r->element[6], (uint64_t)UINT32_MAX + 1, &resume))
         snprintf(why, sizeof why, "the task's resume point is malformed");
+    else if (order_fields(r, &shuffle, &drop, &seed) != 0)
+        snprintf(why, sizeof why, "the job's shuffle_buffer (at most %d), drop_remainder "
+                 "(0 or 1) or seed is malformed", SLUICE_SHUFFLE_BUFFER_MAX);
     else if (sluicei_taskdef_decode(def->str, def->len, &d, why, sizeof why) == SLUICE_OK &&
              !(b = calloc(1, sizeof *b)))
         snprintf(why, sizeof why, "out of memory");
@@ -135,6 +157,9 @@ static sluice_err take_task(sluice_producer *p, const redisReply *r, int lease_m
     b->t.attempt = (int)attempt;
     b->t.batch_size = (uint32_t)batch_size;
     b->t.epochs = (uint32_t)epochs;
+    b->t.shuffle_buffer = (uint32_t)shuffle;
+    b->t.drop_remainder = (int)drop;
+    b->t.shuffle_seed = seed;
     p->task_held = &b->t;
     p->epoch = (uint32_t)epoch;
     p->task = shard;
@@ -563,16 +588,18 @@ sluice_err sluice_producer_task_done(sluice_producer *p, sluice_task *t)
         end_task(p);
         return e;
     }
-    char nb[24];
+    char nb[24], nd[24];
     snprintf(nb, sizeof nb, "%" PRIu64, p->next_seq);
-    const char *argv[3] = {p->id, p->task_key, nb};
+    snprintf(nd, sizeof nd, "%" PRIu64, t->dropped_records);
+    const char *argv[4] = {p->id, p->task_key, nb, nd};
     redisReply *r = NULL;
     int resent = 0;
     /* 2: Redis restarted since the claim (or the last check), perhaps
      * without pushes it had answered: check them, then again. Each round
      * takes a restart of Redis. */
     for (int round = 0;; round++) {
-        e = lease_run_script(p, SLUICEI_SCRIPT_TASK_DONE, 3, argv, &r, &resent);
+        e = lease_run_script(p, SLUICEI_SCRIPT_TASK_DONE, t->dropped_records ? 4 : 3, argv, &r,
+                             &resent);
         if (e != SLUICE_OK || r->type != REDIS_REPLY_INTEGER || r->integer != 2)
             break;
         freeReplyObject(r);

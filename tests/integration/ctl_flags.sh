@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # sluice-ctl's valued flags take "--opt value" and "--opt=value" alike, in
 # every command: create (--max-batches=8 --max-bytes=64M ...), submit
-# (--shuffle-seed=7 ...: the same task orders as "--shuffle-seed 7"), stat
+# (--shuffle-seed=7 ...: the same task orders as "--shuffle-seed 7";
+# --shuffle-buffer=6, and --drop-remainder, a flag without value), stat
 # (--interval-ms=...), metrics (--addr=... --interval-ms=...) and --redis=.
 # A bad value is still a usage error (exit 2) whose message names the flag,
 # written either way; zero stays refused where it is refused.
@@ -46,7 +47,8 @@ ctl create s2 --max-batches 4 --max-bytes 1M >/dev/null
 ctl submit s1 --manifest "$T/m" --epochs 2 --batch-size 4 --shuffle-seed 7 --max-attempts 2 \
     --max-crashes 3 >/dev/null || bad "submit with spaces failed"
 ctl submit s2 --manifest="$T/m" --epochs=2 --batch-size=4 --shuffle-seed=7 --max-attempts=2 \
-    --max-crashes=3 >/dev/null || bad "submit with --opt=value failed"
+    --max-crashes=3 --shuffle-buffer=6 --drop-remainder >/dev/null ||
+    bad "submit with --opt=value failed"
 for e in 0 1; do
     a=$(rcli LRANGE "sluice:{s1}:tasks:$e" 0 -1 | tr '\n' ' ')
     b=$(rcli LRANGE "sluice:{s2}:tasks:$e" 0 -1 | tr '\n' ' ')
@@ -57,6 +59,11 @@ field "$out" shuffle_seed 7
 field "$out" max_attempts 2
 field "$out" max_crashes 3
 field "$out" batch_size 4
+field "$out" shuffle_buffer 6
+field "$out" drop_remainder yes
+out=$(ctl jobs s1)
+field "$out" shuffle_buffer 0
+field "$out" drop_remainder no
 
 # ---- stat, metrics, --redis= ------------------------------------------------
 n=$(timeout -s INT 2 "$BUILD/sluice-ctl" --redis="$url" stat eq --watch --interval-ms=200 --json |
@@ -115,6 +122,10 @@ refused "^sluice-ctl: --epochs '0' is not an integer in 1\.\.1000000" \
     submit x --manifest "$T/m" --epochs=0 --batch-size 1
 refused "^sluice-ctl: --shuffle-seed '-1' is not an integer" \
     submit x --manifest "$T/m" --epochs 1 --batch-size 1 --shuffle-seed=-1
+refused "^sluice-ctl: --shuffle-buffer '1048577' is not an integer in 0\.\.1048576" \
+    submit x --manifest "$T/m" --epochs 1 --batch-size 1 --shuffle-buffer=1048577
+refused "^sluice-ctl: submit: unknown argument '--drop-remainder=1'" \
+    submit x --manifest "$T/m" --epochs 1 --batch-size 1 --drop-remainder=1
 refused "^sluice-ctl: --interval-ms '5' is not an integer in 50\.\.3600000" \
     stat eq --watch --interval-ms=5
 refused "^sluice-ctl: stat: --interval-ms goes with --watch" stat eq --interval-ms=100

@@ -120,6 +120,10 @@ expect 2 'epochs' "$CTL" --redis "$U" submit q --manifest "$T/ok.manifest" --epo
 expect 2 'batch-size' "$CTL" --redis "$U" submit q --manifest "$T/ok.manifest" --epochs 1 --batch-size 99999999
 expect 2 'max-attempts' "$CTL" --redis "$U" "${S[@]}" --manifest "$T/ok.manifest" --max-attempts 0
 expect 2 'shuffle-seed' "$CTL" --redis "$U" "${S[@]}" --manifest "$T/ok.manifest" --shuffle-seed -1
+expect 2 'shuffle-buffer' "$CTL" --redis "$U" "${S[@]}" --manifest "$T/ok.manifest" \
+    --shuffle-buffer 2000000
+expect 2 'shuffle-buffer' "$CTL" --redis "$U" "${S[@]}" --manifest "$T/ok.manifest" \
+    --shuffle-buffer x
 expect 2 'manifest' "$CTL" --redis "$U" "${S[@]}"
 expect 2 'extra' "$CTL" --redis "$U" "${S[@]}" --manifest "$T/ok.manifest" extra
 m=$T/bad.manifest

@@ -7,7 +7,8 @@
 #     a plain one, is refused; bad --partitions values and names (a '#',
 #     too long for "#<P-1>") are usage errors (exit 2) before anything is
 #     written.
-#  2. submit splits the job: shard s goes to partition s mod 4, each
+#  2. submit splits the job (its shuffle buffer and drop_remainder in
+#     every partition): shard s goes to partition s mod 4, each
 #     partition's job has its own ntasks, the definitions of its shards
 #     (under their global numbers, as a plain queue gets them) and each
 #     epoch's order filtered to its shards; jobs shows the sums. A job with
@@ -156,7 +157,8 @@ printf 'lines lines.txt split=6\n' >"$T/six.manifest"
 printf 'lines lines.txt split=3\n' >"$T/three.manifest"
 S=(--epochs 2 --batch-size 2 --shuffle-seed 11)
 out=$(ctl submit plainq --manifest "$T/six.manifest" "${S[@]}") || fail "submit to plainq: $out"
-out=$(ctl submit pq --manifest "$T/six.manifest" "${S[@]}") || fail "submit to pq: $out"
+out=$(ctl submit pq --manifest "$T/six.manifest" "${S[@]}" --shuffle-buffer 3 --drop-remainder) ||
+    fail "submit to pq: $out"
 note "$out"
 grep -qF "submitted 12 tasks" <<<"$out" || fail "submit to pq: $out"
 # Shard s to partition s mod 4: 0 and 4 to #0, 1 and 5 to #1, 2 to #2, 3 to #3.
@@ -166,6 +168,8 @@ for p in 0 1 2 3; do
     [[ $(rcli HGET "sluice:{pq#$p}:job" ntasks) == "${#sh[@]}" ]] ||
         fail "partition $p: ntasks $(rcli HGET "sluice:{pq#$p}:job" ntasks), expected ${#sh[@]}"
     [[ $(rcli HGET "sluice:{pq#$p}:job" epochs) == 2 ]] || fail "partition $p: epochs"
+    [[ $(rcli HMGET "sluice:{pq#$p}:job" shuffle_buffer drop_remainder | paste -sd' ') == "3 1" ]] ||
+        fail "partition $p: shuffle_buffer, drop_remainder not 3 and 1"
     [[ $(rcli HKEYS "sluice:{pq#$p}:taskdef" | sort -n | paste -sd' ') == "${want_shards[$p]}" ]] ||
         fail "partition $p has the definitions of shards $(rcli HKEYS "sluice:{pq#$p}:taskdef" | paste -sd' ')"
     for s in "${sh[@]}"; do
@@ -182,6 +186,9 @@ jobs=$(ctl jobs pq) || fail "jobs pq failed"
 note "$jobs"
 grep -qx 'shards: 6' <<<"$jobs" && grep -qx 'tasks: 12' <<<"$jobs" && grep -qx 'tasks_waiting: 12' <<<"$jobs" ||
     fail "jobs does not show the sums: $jobs"
+if ! grep -qx 'shuffle_buffer: 3' <<<"$jobs" || ! grep -qx 'drop_remainder: yes' <<<"$jobs"; then
+    fail "jobs does not show the job's shuffle_buffer and drop_remainder: $jobs"
+fi
 grep -qE '^partition 0: pq#0, job running, epoch_open 0, shards 2, tasks_waiting 4' <<<"$jobs" &&
     grep -qE '^partition 3: pq#3, job running, epoch_open 0, shards 1, tasks_waiting 2' <<<"$jobs" ||
     fail "jobs lacks the lines per partition: $jobs"

@@ -101,6 +101,15 @@ static int on_poll(void *arg, size_t pending)
     return s->poll_stop_at && s->batches > 0 && pending == s->poll_stop_at ? 7 : 0;
 }
 
+/* Counts batches and records, whatever their bytes. */
+static int on_count(void *arg, const sluicei_batch_out *out)
+{
+    seen *s = arg;
+    s->batches++;
+    s->records += out->nrecords;
+    return 0;
+}
+
 /* Runs n records of size bytes through batches of k; checks every batch
  * but the last holds k, the last n % k (or k), and the bytes. */
 static void check_run(size_t n, size_t k, size_t size)
@@ -435,6 +444,317 @@ static void test_transform(void)
     unlink(path);
 }
 
+/* ---- record order: shuffle windows, drop_remainder --------------------- */
+
+/* A file of n records of 8 bytes each, record i holding i (little-endian),
+ * opened as "fixed:8": a batch's records name their positions. */
+static sluicei_reader *open_indexed(char *path, size_t n)
+{
+    uint8_t *buf = malloc(n * 8 + 1);
+    CHECK(buf != NULL);
+    for (size_t i = 0; buf && i < n; i++)
+        put_le(buf + 8 * i, i, 8);
+    temp_file(path, buf, n * 8);
+    free(buf);
+    char err[512];
+    const char *paths[] = {path};
+    sluicei_reader *rd = NULL;
+    CHECK(sluicei_reader_open(&rd, "fixed:8", paths, 1, 0, UINT64_MAX, err, sizeof err) ==
+          SLUICE_OK);
+    return rd;
+}
+
+/* What a run handed over, record positions in order. */
+typedef struct stream {
+    uint64_t pos[4096];
+    size_t n;
+    size_t sizes[512];       /* records of each batch */
+    size_t batches;
+    size_t skip;             /* batches below this seq are not kept (a resumed task) */
+    int bad;
+} stream;
+
+static int on_stream(void *arg, const sluicei_batch_out *out)
+{
+    stream *s = arg;
+    size_t seq = s->batches++;
+    if (seq < 512)
+        s->sizes[seq] = out->nrecords;
+    if (seq < s->skip)
+        return 0;
+    for (size_t i = 0; i < out->nrecords; i++) {
+        const uint8_t *p = out->records[i].data;
+        uint64_t v = 0;
+        if (out->records[i].len != 8 || s->n == 4096) {
+            s->bad = 1;
+            continue;
+        }
+        for (int k = 7; k >= 0; k--)
+            v = v << 8 | p[k];
+        s->pos[s->n++] = v;
+    }
+    return 0;
+}
+
+/* Runs n indexed records through b (batches of its size) in order o into
+ * s (zeroed first but for skip); returns the run's result. *dropped gets
+ * sluicei_batcher_dropped(). */
+static int run_order(sluicei_batcher *b, size_t n, const sluicei_batch_order *o, stream *s,
+                     uint64_t *dropped)
+{
+    char path[64], err[512];
+    size_t skip = s->skip;
+    memset(s, 0, sizeof *s);
+    s->skip = skip;
+    sluicei_reader *rd = open_indexed(path, n);
+    CHECK(sluicei_batcher_set_order(b, o) == SLUICE_OK);
+    sluicei_batcher_hooks h = {.batch = on_stream, .arg = s};
+    uint64_t nread = 0;
+    int rc = rd ? sluicei_batcher_run(b, rd, NULL, &h, &nread, err, sizeof err) : -2;
+    if (rc != 0)
+        fprintf(stderr, "    run: %d %s\n", rc, err);
+    CHECK(nread == n);
+    CHECK(!s->bad);
+    *dropped = sluicei_batcher_dropped(b);
+    sluicei_reader_close(rd);
+    unlink(path);
+    return rc;
+}
+
+/* perm[0..n) holds every value below n once. */
+static int is_perm(const uint32_t *perm, size_t n)
+{
+    unsigned char *had = calloc(n ? n : 1, 1);
+    int ok = had != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (perm[i] >= n || had[perm[i]])
+            ok = 0;
+        else
+            had[perm[i]] = 1;
+    }
+    free(had);
+    return ok;
+}
+
+/* The permutation: a true one, the same for the same key, another for
+ * another seed, epoch, shard or window; the documented generator (the
+ * vectors below come from docs/PROTOCOL.md's description, written out
+ * apart from this code). */
+static void test_shuffle_perm(void)
+{
+    enum { N = 1000 };
+    static uint32_t a[N], b[N];
+    const size_t ns[] = {0, 1, 2, 7, N};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        sluicei_shuffle_perm(a, ns[k], 7, 1, 3, 2);
+        sluicei_shuffle_perm(b, ns[k], 7, 1, 3, 2);
+        CHECK(is_perm(a, ns[k]));
+        CHECK(memcmp(a, b, ns[k] * sizeof a[0]) == 0);
+    }
+    size_t fixed = 0;
+    for (size_t i = 0; i < N; i++)
+        fixed += a[i] == i;
+    CHECK(fixed < 10);   /* about 1 expected: not file order */
+    const struct {
+        uint64_t seed;
+        uint32_t epoch;
+        uint64_t shard, window;
+    } other[] = {{8, 1, 3, 2}, {7, 2, 3, 2}, {7, 1, 4, 2}, {7, 1, 3, 3}, {0, 0, 0, 0}};
+    for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
+        sluicei_shuffle_perm(b, N, other[k].seed, other[k].epoch, other[k].shard,
+                             other[k].window);
+        CHECK(is_perm(b, N));
+        CHECK(memcmp(a, b, sizeof a) != 0);
+    }
+    static const uint32_t v1[10] = {7, 9, 1, 2, 5, 8, 3, 6, 4, 0};
+    static const uint32_t v0[10] = {6, 3, 2, 9, 8, 1, 4, 7, 0, 5};
+    sluicei_shuffle_perm(a, 10, 7, 1, 3, 2);
+    CHECK(memcmp(a, v1, sizeof v1) == 0);
+    sluicei_shuffle_perm(a, 10, 0, 0, 0, 0);
+    CHECK(memcmp(a, v0, sizeof v0) == 0);
+}
+
+/* Batches are cut from the shuffled windows one after another: window w's
+ * records fill stream positions [w*W, (w+1)*W) in its permutation's
+ * order, batches span windows, and only the last batch is short. */
+static void test_shuffle_windows(void)
+{
+    enum { N = 103, B = 10, W = 25 };
+    sluicei_batcher *b = NULL;
+    CHECK(sluicei_batcher_new(&b, B) == SLUICE_OK);
+    if (!b)
+        return;
+    static stream s;
+    uint64_t dropped = 1;
+    const sluicei_batch_order o = {.window = W, .seed = 5, .epoch = 1, .shard = 9};
+    CHECK(run_order(b, N, &o, &s, &dropped) == 0);
+    CHECK(dropped == 0);
+    CHECK(s.n == N && s.batches == (N + B - 1) / B);
+    for (size_t i = 0; i < s.batches; i++)
+        CHECK(s.sizes[i] == (i + 1 < s.batches ? B : N % B));
+    uint32_t perm[W];
+    size_t moved = 0;
+    for (size_t w = 0; w * W < N; w++) {
+        size_t len = N - w * W < W ? N - w * W : W;
+        sluicei_shuffle_perm(perm, len, 5, 1, 9, w);
+        for (size_t i = 0; i < len && w * W + i < s.n; i++) {
+            CHECK(s.pos[w * W + i] == w * W + perm[i]);
+            moved += s.pos[w * W + i] != w * W + i;
+        }
+    }
+    CHECK(moved > N / 2);   /* not file order */
+    /* A window of 1 (and 0) is file order. */
+    const sluicei_batch_order one = {.window = 1, .seed = 5};
+    CHECK(run_order(b, N, &one, &s, &dropped) == 0);
+    for (size_t i = 0; i < N && s.n == N; i++)
+        CHECK(s.pos[i] == i);
+    /* A window larger than the task: one window of all its records. */
+    const sluicei_batch_order big = {.window = 5000, .seed = 5, .epoch = 1, .shard = 9};
+    CHECK(run_order(b, N, &big, &s, &dropped) == 0);
+    uint32_t all[N];
+    sluicei_shuffle_perm(all, N, 5, 1, 9, 0);
+    for (size_t i = 0; i < N && s.n == N; i++)
+        CHECK(s.pos[i] == all[i]);
+    sluicei_batcher_free(b);
+}
+
+/* The same task gives the same batches every time; another epoch or
+ * another task (shard) another order of the same records. */
+static void test_shuffle_deterministic(void)
+{
+    enum { N = 300, B = 16 };
+    sluicei_batcher *b = NULL;
+    CHECK(sluicei_batcher_new(&b, B) == SLUICE_OK);
+    if (!b)
+        return;
+    static stream s1, s2;
+    uint64_t d;
+    sluicei_batch_order o = {.window = 64, .seed = 11, .epoch = 0, .shard = 4};
+    CHECK(run_order(b, N, &o, &s1, &d) == 0);
+    CHECK(run_order(b, N, &o, &s2, &d) == 0);
+    CHECK(s1.n == N && s2.n == N && memcmp(s1.pos, s2.pos, sizeof s1.pos) == 0);
+    const sluicei_batch_order alt[] = {
+        {.window = 64, .seed = 11, .epoch = 1, .shard = 4},
+        {.window = 64, .seed = 11, .epoch = 0, .shard = 5},
+        {.window = 64, .seed = 12, .epoch = 0, .shard = 4},
+    };
+    for (size_t k = 0; k < sizeof alt / sizeof alt[0]; k++) {
+        CHECK(run_order(b, N, &alt[k], &s2, &d) == 0);
+        CHECK(s2.n == N && memcmp(s1.pos, s2.pos, N * sizeof s1.pos[0]) != 0);
+        /* The same records, each once. */
+        unsigned char had[N] = {0};
+        for (size_t i = 0; i < s2.n; i++)
+            if (s2.pos[i] < N)
+                had[s2.pos[i]]++;
+        for (size_t i = 0; i < N; i++)
+            CHECK(had[i] == 1);
+    }
+    sluicei_batcher_free(b);
+}
+
+/* A task resumed at a batch inside a window (the earlier batches are
+ * stored: a producer that handed it back, then a redo on another
+ * batcher, after other tasks) gives the same batches from there on. */
+static void test_shuffle_resume(void)
+{
+    enum { N = 200, B = 7, W = 20 };
+    sluicei_batcher *b1 = NULL, *b2 = NULL;
+    CHECK(sluicei_batcher_new(&b1, B) == SLUICE_OK);
+    CHECK(sluicei_batcher_new(&b2, B) == SLUICE_OK);
+    if (!b1 || !b2) {
+        sluicei_batcher_free(b1);
+        sluicei_batcher_free(b2);
+        return;
+    }
+    static stream full, other, resumed;
+    uint64_t d;
+    const sluicei_batch_order o = {.window = W, .seed = 3, .epoch = 2, .shard = 6,
+                                   .drop_remainder = 1};
+    CHECK(run_order(b1, N, &o, &full, &d) == 0);
+    CHECK(d == N % B);
+    /* b2 runs another task first (another window and size). */
+    const sluicei_batch_order x = {.window = 33, .seed = 1, .epoch = 0, .shard = 1};
+    CHECK(run_order(b2, 77, &x, &other, &d) == 0);
+    /* Resume at seq 3: batch 3 starts at record 21, inside window 1. */
+    for (size_t k = 3; k <= 5; k++) {
+        resumed.skip = k;
+        CHECK(run_order(b2, N, &o, &resumed, &d) == 0);
+        CHECK(d == N % B);
+        CHECK(resumed.batches == full.batches);
+        CHECK(resumed.n == full.n - k * B);
+        CHECK(memcmp(resumed.pos, full.pos + k * B, resumed.n * sizeof full.pos[0]) == 0);
+    }
+    sluicei_batcher_free(b1);
+    sluicei_batcher_free(b2);
+}
+
+/* drop_remainder: only full batches are handed over, the short last one
+ * counted as dropped (its records are the end of the shuffled stream);
+ * without it the same run hands that batch over. */
+static void test_drop_remainder(void)
+{
+    enum { B = 10 };
+    sluicei_batcher *b = NULL;
+    CHECK(sluicei_batcher_new(&b, B) == SLUICE_OK);
+    if (!b)
+        return;
+    static stream keep, drop;
+    const size_t ns[] = {0, 3, 10, 20, 25, 99};
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            size_t n = ns[k];
+            uint64_t d0 = 7, d1 = 7;
+            sluicei_batch_order o = {.window = shuffle ? 8 : 0, .seed = 2, .shard = n};
+            CHECK(run_order(b, n, &o, &keep, &d0) == 0);
+            o.drop_remainder = 1;
+            CHECK(run_order(b, n, &o, &drop, &d1) == 0);
+            CHECK(d0 == 0);
+            CHECK(d1 == n % B);
+            CHECK(drop.batches == n / B);
+            CHECK(keep.batches == (n + B - 1) / B);
+            for (size_t i = 0; i < drop.batches; i++)
+                CHECK(drop.sizes[i] == B);
+            CHECK(drop.n == n - n % B);
+            CHECK(memcmp(drop.pos, keep.pos, drop.n * sizeof drop.pos[0]) == 0);
+        }
+    }
+    sluicei_batcher_free(b);
+}
+
+/* A window over the limit is refused; a poll stop drops what the window
+ * holds; the next run starts from nothing. */
+static void test_order_limits(void)
+{
+    sluicei_batcher *b = NULL;
+    CHECK(sluicei_batcher_new(&b, 4) == SLUICE_OK);
+    if (!b)
+        return;
+    sluicei_batch_order o = {.window = SLUICE_SHUFFLE_BUFFER_MAX + 1};
+    CHECK(sluicei_batcher_set_order(b, &o) == SLUICE_ERR_INVALID);
+    o.window = SLUICE_SHUFFLE_BUFFER_MAX;
+    CHECK(sluicei_batcher_set_order(b, &o) == SLUICE_OK);
+
+    char path[64], err[512];
+    sluicei_reader *rd = open_indexed(path, 30);
+    o = (sluicei_batch_order){.window = 16, .seed = 1};
+    CHECK(sluicei_batcher_set_order(b, &o) == SLUICE_OK);
+    /* Stops once 6 records are pending: the first window was handed over
+     * (16 records: 4 batches), 6 of the second are held and dropped. */
+    seen s = {.poll_stop_at = 6};
+    sluicei_batcher_hooks h = {.batch = on_count, .poll = on_poll, .arg = &s};
+    uint64_t nread = 0;
+    CHECK(rd && sluicei_batcher_run(b, rd, NULL, &h, &nread, err, sizeof err) == 7);
+    CHECK(s.batches == 4 && s.records == 16 && nread == 22);
+    CHECK(sluicei_batcher_count(b) == 0 && sluicei_batcher_dropped(b) == 0);
+    sluicei_reader_close(rd);
+    unlink(path);
+    static stream st;
+    uint64_t d;
+    CHECK(run_order(b, 30, &o, &st, &d) == 0);
+    CHECK(st.n == 30 && st.batches == 8);
+    sluicei_batcher_free(b);
+}
+
 const struct test batcher_tests[] = {
     {"batcher/boundaries n = 0, 1, k-1, k, k+1, 2k, many", test_boundaries},
     {"batcher/batch size 1", test_batch_size_one},
@@ -446,5 +766,11 @@ const struct test batcher_tests[] = {
     {"batcher/hooks stop the run", test_stops},
     {"batcher/reader error drops the partial batch", test_reader_error},
     {"batcher/transform", test_transform},
+    {"batcher/shuffle permutation", test_shuffle_perm},
+    {"batcher/shuffle windows", test_shuffle_windows},
+    {"batcher/shuffle per epoch and task, the same every time", test_shuffle_deterministic},
+    {"batcher/shuffle resumed inside a window", test_shuffle_resume},
+    {"batcher/drop remainder", test_drop_remainder},
+    {"batcher/order limits and stops", test_order_limits},
     {NULL, NULL},
 };

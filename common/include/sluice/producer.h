@@ -109,7 +109,23 @@ SLUICE_EXPORT void sluice_producer_close(sluice_producer *p);
  * ids are (epoch, shard, 0..)), and marks it done. While it holds a task,
  * every push and every wait renews the task's lease; a producer that stops
  * renewing (killed) loses the task to whoever reaps it after lease_ms, and
- * another producer does it again — the same ids, so no batch is doubled. */
+ * another producer does it again — the same ids, so no batch is doubled.
+ * That takes batches that are the same every time: a task's batch seq k
+ * must always hold the same records.
+ *
+ * The job's record order and remainder, which the producer applies (as
+ * sluice-producer does; docs/JOBS.md):
+ *
+ * - shuffle_buffer N > 0: the task's records are shuffled within windows
+ *   of N: window w is records [start + w*N, start + (w+1)*N) of the task
+ *   (the last one may be shorter), each permuted by a Fisher-Yates shuffle
+ *   whose generator is seeded from (shuffle_seed, epoch, shard, w)
+ *   (docs/PROTOCOL.md, "Record shuffle", gives it exactly), and batches of
+ *   batch_size are cut from the windows one after another. 0: file order.
+ * - drop_remainder 1: a task's last batch, when short, is not pushed. Set
+ *   dropped_records to the number of records so left out before
+ *   sluice_producer_task_done(), which adds it to the epoch's count once
+ *   (a task done again counts nothing more). */
 typedef struct sluice_task {
     uint32_t epoch;
     uint64_t shard;           /* the manifest entry: also the task number in batch ids */
@@ -120,7 +136,19 @@ typedef struct sluice_task {
     uint32_t batch_size;      /* records per batch, from the job */
     uint32_t epochs;          /* epochs of the job */
     int attempt;              /* 1 on the first try */
+    /* Fields added after the ones above; the library allocates the struct,
+     * so reading them needs no other change. */
+    uint32_t shuffle_buffer;  /* records per shuffle window; 0: no shuffle (at most
+                                 SLUICE_SHUFFLE_BUFFER_MAX) */
+    int drop_remainder;       /* 1: the short last batch is not pushed */
+    uint64_t shuffle_seed;    /* the job's --shuffle-seed; 0 when it has none */
+    uint64_t dropped_records; /* set by the caller before task_done: records of the
+                                 task not pushed (drop_remainder); 0 on claim */
 } sluice_task;
+
+/* The largest shuffle window a job may have, in records (sluice-ctl submit
+ * --shuffle-buffer). A task claimed with a larger one fails at once. */
+#define SLUICE_SHUFFLE_BUFFER_MAX 1048576
 
 /* Claims the next task of the queue's job, waiting up to timeout_ms (< 0:
  * until one comes or the job ends) while other producers hold the
@@ -141,7 +169,8 @@ typedef struct sluice_task {
  * every partition's job is finished. */
 SLUICE_EXPORT sluice_err sluice_producer_task_claim(sluice_producer *p, sluice_task **out, int timeout_ms,
                                       int lease_ms);
-/* Flushes every push of the task, then marks it done. Frees t. Returns
+/* Flushes every push of the task, then marks it done (and adds
+ * t->dropped_records to its epoch's dropped records). Frees t. Returns
  * SLUICE_ERR_IO with errstr "lease lost" when the task was reaped
  * meanwhile (someone else redoes it; nothing is lost). SLUICE_ERR_FULL:
  * the task was handed back with its resume point instead; claim the next.
