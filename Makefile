@@ -1,5 +1,5 @@
 # sluice — plain Makefile. `make`, `make test`, `make demo`, `make asan`,
-# `make install PREFIX=/usr/local DESTDIR=`, `make clean`.
+# `make install PREFIX=/usr/local DESTDIR=` (and PYTHONDIR=, below), `make clean`.
 # User CFLAGS are appended to ours, never replace them.
 
 PREFIX  ?= /usr/local
@@ -235,6 +235,23 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) scripts/demo.sh
 
+# The Python package (python/sluice) goes where /usr/bin/python3 looks for
+# the packages of PREFIX: Debian's python3 reads /usr/lib/python3/dist-packages
+# and /usr/local/lib/python3.X/dist-packages (any other PREFIX: put PYTHONDIR
+# on PYTHONPATH). Its files are copied, not installed with pip, which
+# refuses to write to the system's Python (PEP 668). _installed.py records
+# the version and where the library is, which the package loads first.
+PYTHON    ?= /usr/bin/python3
+PYTHON_XY  = $(or $(shell $(PYTHON) -c 'import sys; print("python%d.%d" % sys.version_info[:2])' \
+                          2>/dev/null),python3)
+PYTHONDIR ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PYTHONDIR_XY))
+PYTHONDIR_XY = $(PREFIX)/lib/$(PYTHON_XY)/dist-packages
+PY_SRC    := $(filter-out python/sluice/_installed.py,$(wildcard python/sluice/*.py))
+# Run after installing to (or removing from) the real root as root, so that
+# the dynamic loader finds libsluice.so.$(SOMAJOR) by its soname.
+LDCONFIG  ?= ldconfig
+RUN_LDCONFIG = if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then echo $(LDCONFIG); $(LDCONFIG); fi
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include/sluice $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/sluice/
@@ -244,12 +261,20 @@ install: all
 	# Written here, not copied from build/, so that it names this PREFIX.
 	$(PC_SUBST) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
 	install -m 755 $(PROGRAMS) $(DESTDIR)$(PREFIX)/bin/
+	rm -rf $(DESTDIR)$(PYTHONDIR)/sluice
+	install -d $(DESTDIR)$(PYTHONDIR)/sluice
+	install -m 644 $(PY_SRC) $(DESTDIR)$(PYTHONDIR)/sluice/
+	printf "# Recorded at installation; not in the source tree.\nVERSION = '%s'\nLIBDIR = '%s'\n" \
+	    '$(VERSION)' '$(PREFIX)/lib' > $(DESTDIR)$(PYTHONDIR)/sluice/_installed.py
+	@echo "sluice: the Python package is in $(PYTHONDIR)"
+	@$(RUN_LDCONFIG)
 
 uninstall:
-	rm -rf $(DESTDIR)$(PREFIX)/include/sluice
+	rm -rf $(DESTDIR)$(PREFIX)/include/sluice $(DESTDIR)$(PYTHONDIR)/sluice
 	rm -f $(DESTDIR)$(PREFIX)/lib/libsluice.a $(DESTDIR)$(PREFIX)/lib/libsluice.so \
 	      $(DESTDIR)$(PREFIX)/lib/libsluice.so.$(SOMAJOR) $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
 	rm -f $(PROGRAMS:$(BUILD)/%=$(DESTDIR)$(PREFIX)/bin/%)
+	@$(RUN_LDCONFIG)
 
 clean:
 	rm -rf build build-asan build-valgrind

@@ -13,6 +13,7 @@ holds a torch IterableDataset (PyTorch is imported only when it is used).
 import atexit
 
 from ._lib import Error, Timeout, EndOfEpoch, PartialEpoch, lib as _clib
+from ._lib import VERSION as __version__, LIBRARY_PATH as _library_path
 from ._consumer import Consumer, Batch, BatchId, HAVE_ACK
 from ._consumer import close_all as _close_consumers
 from ._producer import Producer
@@ -21,17 +22,16 @@ from ._producer import close_all as _close_producers
 __all__ = ["Consumer", "Batch", "BatchId", "Producer", "Error", "Timeout", "EndOfEpoch",
            "PartialEpoch", "HAVE_ACK", "version", "library_path"]
 
-__version__ = _clib.sluice_version().decode()
-
 
 def version():
-    """SLUICE_VERSION of the loaded libsluice."""
+    """SLUICE_VERSION of the loaded libsluice (the import checked that it is
+    this package's, __version__)."""
     return _clib.sluice_version().decode()
 
 
 def library_path():
     """The file libsluice was loaded from."""
-    return _clib._name
+    return _library_path
 
 
 # At exit, hand back what open consumers hold at once (instead of after

@@ -4,14 +4,22 @@ Everything here mirrors common/include/sluice/{common,batch,consumer,producer}.h
 when a header changes, this file changes with it.
 
 Where the library comes from, first match wins:
-  1. $SLUICE_LIB (a path),
+  1. $SLUICE_LIB (a path; nothing else is tried when it is set),
   2. build/libsluice.so of the source tree this package sits in
      (python/sluice/../../build), i.e. what `make` built,
-  3. ctypes.util.find_library("sluice"), then "libsluice.so.0" (installed).
+  3. LIBDIR/libsluice.so.MAJOR, where `make install` put the library
+     (LIBDIR is recorded in _installed.py),
+  4. libsluice.so.MAJOR through the dynamic loader (ld.so.cache after
+     ldconfig, LD_LIBRARY_PATH): the library installed on the system.
+
+The library that loads is then checked against this package (_check_abi):
+its version must be the package's, and every struct mirrored here must
+have the size ctypes gives it (sluice_struct_size()); anything else is an
+ImportError that says what differs.
 """
 import ctypes
-import ctypes.util
 import os
+import re
 
 __all__ = ["lib", "Error", "Timeout", "EndOfEpoch", "PartialEpoch", "check", "ERR_NAMES"]
 
@@ -164,31 +172,158 @@ DTYPE_BY_NAME = {d[0]: i for i, d in enumerate(DTYPES) if d}
 
 # ---- loading ---------------------------------------------------------------
 
+# The C structs mirrored above. _check_abi compares ctypes.sizeof of each
+# with the library's sluice_struct_size(): a field added on both sides keeps
+# them equal, a field added on one side only does not.
+STRUCTS = {
+    "sluice_batch_id": BatchId,
+    "sluice_record": Record,
+    "sluice_tensor": Tensor,
+    "sluice_consumer_opts": ConsumerOpts,
+    "sluice_consumer_stats": ConsumerStats,
+    "sluice_epoch_report": EpochReport,
+    "sluice_producer_opts": ProducerOpts,
+    "sluice_producer_stats": ProducerStats,
+}
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# The source tree this package sits in (python/sluice/../..), or None when
+# it is installed.
+_tree = os.path.dirname(os.path.dirname(PACKAGE_DIR))
+SOURCE_TREE = _tree if os.path.isfile(os.path.join(_tree, "common", "include", "sluice",
+                                                     "common.h")) else None
+
+FIX = ("Set SLUICE_LIB to the path of a libsluice.so of sluice %s, or install the library "
+       "with `make install` from the sluice source tree (run as root, it also runs ldconfig; "
+       "otherwise run ldconfig or add the library's folder to LD_LIBRARY_PATH).")
+
+
+def _package_version():
+    """(version, libdir) of this package: what pip or `make install` recorded
+    in _installed.py, else SLUICE_VERSION of the source tree it sits in."""
+    try:
+        from . import _installed
+        return _installed.VERSION, getattr(_installed, "LIBDIR", None)
+    except ImportError:
+        pass
+    if SOURCE_TREE:
+        header = os.path.join(SOURCE_TREE, "common", "include", "sluice", "common.h")
+        with open(header, encoding="utf-8") as f:
+            m = re.search(r'^#define SLUICE_VERSION "([^"]+)"', f.read(), re.M)
+        if m:
+            return m.group(1), None
+        raise ImportError("sluice: %s defines no SLUICE_VERSION" % header)
+    raise ImportError("sluice: the package in %s does not know its version: it has no "
+                      "_installed.py and is not in a sluice source tree. Install it from the "
+                      "source tree: `pip install ./python` or `make install`." % PACKAGE_DIR)
+
+
+VERSION, _LIBDIR = _package_version()
+_MAJOR = VERSION.split(".")[0]
+
+
 def _candidates():
     env = os.environ.get("SLUICE_LIB")
     if env:
         return [env]   # an explicit choice is not second-guessed
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = [os.path.join(here, os.pardir, os.pardir, "build", "libsluice.so")]
-    found = ctypes.util.find_library("sluice")
-    if found:
-        out.append(found)
-    out.append("libsluice.so.0")
+    out = []
+    if SOURCE_TREE:
+        out.append(os.path.join(SOURCE_TREE, "build", "libsluice.so"))
+    if _LIBDIR:
+        out.append(os.path.join(_LIBDIR, "libsluice.so." + _MAJOR))
+    out.append("libsluice.so." + _MAJOR)   # a bare name: the dynamic loader searches
     return out
 
 
 def _load():
+    """(the loaded CDLL, where it was found)."""
     tried = []
+    if not os.environ.get("SLUICE_LIB"):
+        tried.append("$SLUICE_LIB (not set)")
     for path in _candidates():
         if os.sep in path and not os.path.exists(path):
             tried.append("%s (missing)" % path)
             continue
         try:
-            return ctypes.CDLL(path)
+            lib = ctypes.CDLL(path)
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
-    raise ImportError("sluice: cannot load libsluice.so; tried: %s. Build it with `make` "
-                      "or set SLUICE_LIB to its path." % "; ".join(tried))
+            continue
+        return lib, _file_of(lib, path)
+    raise ImportError("sluice: cannot load libsluice; tried: %s. %s"
+                      % ("; ".join(tried), FIX % VERSION))
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def _file_of(lib, name):
+    """The file the dynamic loader mapped for lib (dladdr), so that a library
+    loaded by its soname is named by its path; name when that fails."""
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        dladdr.restype = ctypes.c_int
+        info = _DlInfo()
+        if dladdr(ctypes.cast(lib.sluice_version, ctypes.c_void_p), ctypes.byref(info)) \
+                and info.dli_fname:
+            return os.fsdecode(info.dli_fname)
+    except (AttributeError, OSError):
+        pass
+    return name
+
+
+def _version_number(version):
+    """SLUICE_VERSION_NUMBER of "MAJOR.MINOR.PATCH", None for another form."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)$", version)
+    if not m:
+        return None
+    major, minor, patch = (int(x) for x in m.groups())
+    return (major << 24) | (minor << 16) | (patch << 8)
+
+
+def _check_abi(lib, path):
+    """Raises ImportError unless the library at path is the version of this
+    package and every struct in STRUCTS has the size ctypes gives it."""
+    wrong = []
+    try:
+        lib.sluice_version.restype = ctypes.c_char_p
+        lib.sluice_version.argtypes = []
+        found = (lib.sluice_version() or b"?").decode("utf-8", "replace")
+        lib.sluice_version_number.restype = ctypes.c_uint32
+        lib.sluice_version_number.argtypes = []
+        number = lib.sluice_version_number()
+    except AttributeError as e:
+        found, number = None, None
+        wrong.append("no sluice_version/sluice_version_number (%s): not a libsluice" % e)
+    if found is not None:
+        expected = _version_number(VERSION)
+        if found != VERSION:
+            wrong.append("version %s (expected %s)" % (found, VERSION))
+        elif expected is not None and number != expected:
+            wrong.append("version number 0x%08x (expected 0x%08x)" % (number, expected))
+    try:
+        size = lib.sluice_struct_size
+        size.restype = ctypes.c_size_t
+        size.argtypes = [ctypes.c_char_p]
+    except AttributeError:
+        size = None
+        wrong.append("no sluice_struct_size(): built from older sources, its structs "
+                     "cannot be checked")
+    if size is not None:
+        for name, cls in STRUCTS.items():
+            got, want = size(name.encode()), ctypes.sizeof(cls)
+            if got != want:
+                wrong.append("sizeof(%s) %s (expected %d)"
+                             % (name, got if got else "unknown to it", want))
+    if wrong:
+        raise ImportError("sluice: %s does not match this Python package (sluice %s, %s):\n  %s\n"
+                          "Rebuild/reinstall the library and the package from the same sluice "
+                          "version (`make`, `make install`, `pip install ./python`), or point "
+                          "SLUICE_LIB at a libsluice.so of sluice %s."
+                          % (path, VERSION, PACKAGE_DIR, "\n  ".join(wrong), VERSION))
 
 
 def _declare(lib):
@@ -244,14 +379,17 @@ def _declare(lib):
                 fn = getattr(lib, name)
             except AttributeError:
                 if required:
-                    raise ImportError("sluice: %s lacks %s (library too old?)" % (lib._name, name))
+                    raise ImportError("sluice: %s lacks %s (library too old?)"
+                                      % (LIBRARY_PATH, name))
                 continue
             fn.restype = res
             fn.argtypes = args
     return lib
 
 
-lib = _declare(_load())
+lib, LIBRARY_PATH = _load()
+_check_abi(lib, LIBRARY_PATH)
+_declare(lib)
 
 
 def strerror(code):

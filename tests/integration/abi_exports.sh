@@ -33,13 +33,19 @@ soname=$(readelf -d "$so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [[ $soname == "libsluice.so.$major" ]] || fail "soname is '$soname', expected libsluice.so.$major"
 
 cat >"$T/ver.c" <<'CEOF'
-#include <sluice/common.h>
+#include <sluice/consumer.h>
+#include <sluice/producer.h>
 #include <stdio.h>
+#define SIZE_IS(t) (sluice_struct_size(#t) == sizeof(t))
 int main(void)
 {
+    int sizes = SIZE_IS(sluice_consumer_opts) && SIZE_IS(sluice_producer_opts) &&
+                SIZE_IS(sluice_task) && SIZE_IS(sluice_tensor) && sluice_struct_size("nope") == 0;
     printf("%u %u %s\n", (unsigned)sluice_version_number(), (unsigned)SLUICE_VERSION_NUMBER,
            sluice_version());
-    return sluice_version_number() == SLUICE_VERSION_NUMBER ? 0 : 1;
+    if (!sizes)
+        printf("sluice_struct_size() disagrees with sizeof\n");
+    return sluice_version_number() == SLUICE_VERSION_NUMBER && sizes ? 0 : 1;
 }
 CEOF
 san=()
@@ -47,7 +53,7 @@ if readelf -d "$so" | grep 'libasan' >/dev/null; then san=(-fsanitize=address,un
 mkdir "$T/lib" && ln -s "$so" "$T/lib/libsluice.so" && ln -s "$so" "$T/lib/$soname"
 cc -std=c11 "${san[@]}" -I"$ROOT/common/include" "$T/ver.c" -o "$T/ver" -L"$T/lib" -lsluice ||
     fail "cannot build a program against $so"
-out=$(LD_LIBRARY_PATH=$T/lib "$T/ver") || fail "sluice_version_number() differs from the header: $out"
+out=$(LD_LIBRARY_PATH=$T/lib "$T/ver") || fail "the library differs from the headers: $out"
 read -r n _ s <<<"$out"
 [[ $n -gt 0 || $s == 0.0.0 ]] || fail "version number $n for version $s"
 echo "ok: $(wc -l <"$T/exported") symbols exported, all declared; soname $soname; version $s = $n"

@@ -8,7 +8,9 @@
 #   maxmemory, a password and a healthcheck that keeps it off the command
 #   line, trainers are ranks 0..N-1 of SLUICE_WORLD=N, submit is one-shot;
 # - the Dockerfile is multi-stage from debian:bookworm-slim and its final
-#   stage runs as a user that is not root, without build tools;
+#   stage runs as a user that is not root, without build tools, and carries
+#   what `make install` wrote (programs, library, headers, sluice.pc, the
+#   Python package, imported once in the build stage);
 # - the helper scripts of docker/ behave (submit modes, healthcheck,
 #   trainer install), run against stubs.
 # shellcheck source=tests/lib/integration.sh
@@ -223,7 +225,7 @@ fi
 
 note "Dockerfile"
 "$PY" - "$proj/Dockerfile" <<'PYEOF' || fail "Dockerfile check failed"
-import re, sys
+import os, re, sys
 
 lines = []
 for raw in open(sys.argv[1]).read().replace('\\\n', ' ').splitlines():
@@ -262,8 +264,26 @@ for need in ['libhiredis0.14', 'libevent-2.1-7', 'libevent-pthreads-2.1-7', 'lib
         errors.append('the final stage lacks the runtime library %s' % need)
 if 'COPY --from=' not in runtime:
     errors.append('the final stage copies nothing from the build stage')
+# The SDK a trainer image builds FROM or copies from (docs/DEPLOY.md): what
+# `make install` wrote under /out/usr/local must reach /usr/local.
+copies = [l.split()[-2:] for l in final if l.split()[0].upper() == 'COPY' and '--from=build' in l.split()]
+def copied_to(src_path, s, d):
+    """Where COPY s d puts src_path, or None when it does not copy it."""
+    s = s.rstrip('/')
+    if src_path == s:        # the file itself, into a folder or to a name
+        return d + os.path.basename(s) if d.endswith('/') else d
+    if src_path.startswith(s + '/'):
+        return d.rstrip('/') + src_path[len(s):]
+    return None
+for need in ['bin/sluice-ctl', 'include/sluice/consumer.h', 'lib/libsluice.so.0', 'lib/libsluice.so',
+             'lib/libsluice.a', 'lib/pkgconfig/sluice.pc', 'lib/python3.11/dist-packages/sluice']:
+    src_path = '/out/usr/local/' + need
+    if not any(copied_to(src_path, s, d) == '/usr/local/' + need for s, d in copies):
+        errors.append('the final stage does not copy %s to /usr/local/%s' % (src_path, need))
+for need in ['python3', "import sluice"]:
+    if need not in build:
+        errors.append('the build stage lacks %r (the installed Python package is imported there)' % need)
 # Every local file a COPY names must exist.
-import os
 base = os.path.dirname(sys.argv[1])
 for l in final + (stages[0][1] if stages else []):
     w = l.split()

@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # `make install` into a DESTDIR gives a usable SDK: headers, libsluice,
-# sluice.pc and the programs. A small C program built with nothing but
+# sluice.pc, the programs and the Python package (in
+# /usr/lib/python3/dist-packages for PREFIX=/usr, recording /usr/lib as the
+# library's folder), and does not run ldconfig (a staging tree is not the
+# system). A small C program built with nothing but
 # `pkg-config --cflags --libs sluice` (sysroot = the DESTDIR) compiles,
 # links and runs against the installed library.
+# (tests/integration/python_install.sh runs the installed Python package.)
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 
 dest=$T/root
 # BUILD (and SAN under `make asan`) reach the sub-make through the
 # environment and MAKEFLAGS; passing BUILD keeps it on the tree under test.
-make -s -C "$ROOT" install PREFIX=/usr DESTDIR="$dest" BUILD="$BUILD" >"$T/make.log" 2>&1 ||
-    fail "make install failed: $(tail -n 20 "$T/make.log")"
+printf '#!/bin/sh\necho "ldconfig $*" >>"%s/ldconfig.log"\n' "$T" >"$T/ldconfig"
+chmod +x "$T/ldconfig"
+make -s -C "$ROOT" install PREFIX=/usr DESTDIR="$dest" LDCONFIG="$T/ldconfig" BUILD="$BUILD" \
+    >"$T/make.log" 2>&1 || fail "make install failed: $(tail -n 20 "$T/make.log")"
+[[ ! -e $T/ldconfig.log ]] || fail "make install into a DESTDIR ran ldconfig: $(cat "$T/ldconfig.log")"
 
 for f in usr/include/sluice/consumer.h usr/include/sluice/common.h usr/include/sluice/batch.h \
          usr/include/sluice/producer.h usr/lib/libsluice.a usr/lib/libsluice.so.0 \
-         usr/lib/libsluice.so usr/lib/pkgconfig/sluice.pc; do
+         usr/lib/libsluice.so usr/lib/pkgconfig/sluice.pc usr/lib/python3/dist-packages/sluice/__init__.py \
+         usr/lib/python3/dist-packages/sluice/_lib.py usr/lib/python3/dist-packages/sluice/_installed.py; do
     [[ -e $dest/$f ]] || fail "make install did not install /$f"
 done
 for b in sluice-producer sluice-consume sluice-ctl; do
@@ -22,6 +30,8 @@ for b in sluice-producer sluice-consume sluice-ctl; do
     "$dest/usr/bin/$b" --help >"$T/help.out" 2>&1 || fail "$b --help exit $?: $(cat "$T/help.out")"
     [[ -s $T/help.out ]] || fail "$b --help printed nothing"
 done
+grep -qx "LIBDIR = '/usr/lib'" "$dest/usr/lib/python3/dist-packages/sluice/_installed.py" ||
+    fail "the installed Python package does not record /usr/lib: $(cat "$dest/usr/lib/python3/dist-packages/sluice/_installed.py")"
 grep -q '^prefix=/usr$' "$dest/usr/lib/pkgconfig/sluice.pc" ||
     fail "installed sluice.pc does not say prefix=/usr: $(grep '^prefix=' "$dest/usr/lib/pkgconfig/sluice.pc")"
 

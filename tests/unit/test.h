@@ -39,5 +39,6 @@ extern const struct test num_tests[];
 extern const struct test batcher_tests[];
 extern const struct test idset_tests[];
 extern const struct test room_tests[];
+extern const struct test abi_tests[];
 
 #endif

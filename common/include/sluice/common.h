@@ -76,6 +76,17 @@ SLUICE_EXPORT const char *sluice_strerror(sluice_err e);
 SLUICE_EXPORT const char *sluice_version(void);
 SLUICE_EXPORT uint32_t sluice_version_number(void);
 
+/* Returns sizeof the public struct called name, without "struct"
+ * ("sluice_consumer_opts"), as this library was compiled: a binding that
+ * mirrors the structs (python/sluice, over ctypes) checks its copies
+ * against the library it loaded. Knows every struct of batch.h,
+ * consumer.h and producer.h: sluice_batch_id, sluice_record,
+ * sluice_tensor, sluice_consumer_opts, sluice_consumer_stats,
+ * sluice_epoch_report, sluice_producer_opts, sluice_task and
+ * sluice_producer_stats. Returns 0 for any other name and for NULL.
+ * Thread-safe. */
+SLUICE_EXPORT size_t sluice_struct_size(const char *name);
+
 #ifdef __cplusplus
 }
 #endif
