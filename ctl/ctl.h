@@ -156,6 +156,7 @@ typedef struct qinfo {
     long long max_batches, max_bytes;
     job_info job;
     long long held, bytes, ready, pending, dead;
+    long long retained, retained_bytes;   /* frames kept for checkpoints */
     long long waiting, claimed, done, ranks, epochs, lease_ms;
     long long server_ms;        /* the server's clock when read: what "seen" is against */
     epoch_info *ep;             /* [epochs] */

@@ -197,6 +197,9 @@ static void queue_metrics(sluicei_mtext *t, const qview *v)
         {"sluice_queue_delivered_batches",
          "Batches delivered to consumers and not acknowledged yet.", in->pending},
         {"sluice_queue_dead_letters", "Batches in the dead-letter list now.", in->dead},
+        {"sluice_queue_retained_bytes",
+         "Frame bytes kept for consumers' checkpoints (outside the budgets).",
+         in->retained_bytes},
     };
     sluicei_mtext_family(t, "sluice_up", "gauge",
                          "1 when the last read of the queue from Redis succeeded, else 0.");

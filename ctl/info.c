@@ -13,7 +13,7 @@
 /* Counters of the stats hash that info prints, in this order. */
 static const char *const info_stats[] = {"pushed", "pushed_bytes", "acked", "acked_bytes",
                                          "dup_dropped", "requeued", "dead", "tasks_done",
-                                         "tasks_reaped"};
+                                         "tasks_reaped", "rolled_back"};
 
 static void print_stats_inline(const ctl_fields *h)
 {
@@ -124,6 +124,8 @@ static void print_info(const qview *v)
     for (size_t i = 0; i < sizeof info_stats / sizeof info_stats[0]; i++)
         printf("%s: %lld\n", info_stats[i], ctl_fields_num(&in->stats, info_stats[i]));
     printf("dead_letters: %lld\n", in->dead);
+    printf("retained: %lld batches, %lld bytes (kept for checkpoints, outside the budgets)\n",
+           in->retained, in->retained_bytes);
     print_partitions(v, 0);
     print_job(in);
     print_peers("consumer", in->cons, in->ncons, in->lease_ms);
@@ -273,6 +275,8 @@ static void print_json(const qview *v, int job_only)
         json_int(&w, "ready", in->ready);
         json_int(&w, "pending", in->pending);
         json_int(&w, "dead_letters", in->dead);
+        json_int(&w, "retained", in->retained);
+        json_int(&w, "retained_bytes", in->retained_bytes);
         info_json_hash(&w, "stats", &in->stats);
     }
     info_json_job(&w, in);

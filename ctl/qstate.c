@@ -428,6 +428,10 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     COUNT(held, "HLEN", "dlv");
     COUNT(bytes, "GET", "bytes");
     COUNT(dead, "LLEN", "dead");
+    COUNT(retained, "HLEN", "retained");
+    COUNT(retained_bytes, "GET", "retained_bytes");
+    if (in->retained_bytes < 0)   /* no key: nothing kept */
+        in->retained_bytes = 0;
     COUNT(claimed, "ZCARD", "tlease");
     COUNT(done, "HLEN", "tbatches");
 #undef COUNT
@@ -632,6 +636,8 @@ static int qinfo_merge(qinfo *all, const qinfo *parts, int P, const char *q)
         all->bytes += in->bytes;
         all->ready += in->ready;
         all->dead += in->dead;
+        all->retained += in->retained;
+        all->retained_bytes += in->retained_bytes;
         all->waiting += in->waiting;
         all->claimed += in->claimed;
         all->done += in->done;
