@@ -20,10 +20,10 @@
 --          last checkpoint number}.
 --   fresh                   a consumer opened without a token. An owner that
 --          never took a checkpoint gets back everything it acknowledged
---          (whoever trained it saved nothing), as resume does; else it
---          starts over: every acknowledgement it made is final. Returns
---          {its last checkpoint number (the next is one more), 1 while
---          batches are left to give back else 0}.
+--          (whoever trained it saved nothing), as resume does; one that
+--          did goes on as it is (its checkpoints stay, for a later
+--          resume). Returns {its last checkpoint number (the next is one
+--          more), 1 while batches are left to give back else 0}.
 --! include lib
 local nq = noqueue() if nq then return nq end
 local now = now_ms()
@@ -120,17 +120,8 @@ if op == 'take' then
 end
 
 if op == 'fresh' then
-  if last == 0 then
-    -- No checkpoint was ever taken: whoever trained these saved nothing.
-    return {0, give_back_after(0, rank)}
-  end
-  drop(log)
-  for _, m in ipairs(redis.call('LRANGE', kept, 0, -1)) do
-    redis.call('HDEL', ck, m)
-    drop(seg(m))
-  end
-  redis.call('DEL', kept)
-  ckpt_trim(owner, 1000)
+  -- No checkpoint was ever taken: whoever trained these saved nothing.
+  if last == 0 then return {0, give_back_after(0, rank)} end
   return {last, 0}
 end
 

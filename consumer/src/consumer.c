@@ -290,7 +290,7 @@ static sluice_err register_consumer(sluice_consumer *c, setup_link *l, char *err
  * checkpoint (the batches acknowledged after it go back to their lists,
  * in steps of the script's), and sets *start to its epoch; without a
  * token (fresh), an owner that never took a checkpoint gets back all it
- * acknowledged, and one that did makes its acknowledgements final. */
+ * acknowledged; one that did goes on as it is. */
 static sluice_err ckpt_open(sluice_consumer *c, const sluice_consumer_opts *o, setup_link *l,
                             int64_t *start, char *errbuf, size_t errlen)
 {

@@ -323,9 +323,8 @@ SLUICE_EXPORT const char *sluice_consumer_id(const sluice_consumer *c);
  * shows how many bytes); they do not count against the queue's budgets.
  * Opening with checkpoints on but without resume: an owner that never took
  * a checkpoint gets back everything it acknowledged (its trainer crashed
- * before saving anything); one that has checkpoints starts over, its
- * earlier acknowledgements final (its checkpoints are forgotten; the
- * numbering goes on).
+ * before saving anything); one that has checkpoints goes on where the
+ * queue is, its checkpoints still resumable until newer ones replace them.
  *
  * Returns SLUICE_OK; SLUICE_ERR_INVALID when the consumer was opened
  * without checkpoints or acknowledges at most once, or len is too small
