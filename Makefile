@@ -191,9 +191,13 @@ $(BUILD)/libskew.so: tests/tools/skew.c
 
 unit: $(BUILD)/libskew.so
 
+# What the tests need besides the build's packages: PyTorch (python_torch).
+TEST_PKGS := python3-torch
+
 # The README's test command: unit tests, then integration tests, each on a
 # private redis-server; ends with "N passed, N failed".
 test: deps
+	@scripts/install-deps.sh $(TEST_PKGS)
 	@$(MAKE) --no-print-directory unit
 	@BUILD=$(BUILD) tests/run.sh
 
