@@ -191,8 +191,9 @@ $(BUILD)/libskew.so: tests/tools/skew.c
 
 unit: $(BUILD)/libskew.so
 
-# What the tests need besides the build's packages: PyTorch (python_torch).
-TEST_PKGS := python3-torch
+# What the tests need besides the build's packages: PyTorch
+# (python_torch, torch_ddp) and Fashion-MNIST (demo_smoke, torch_ddp).
+TEST_PKGS := python3-torch dataset-fashion-mnist
 
 # The README's test command: unit tests, then integration tests, each on a
 # private redis-server; ends with "N passed, N failed".
