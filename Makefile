@@ -191,9 +191,14 @@ $(BUILD)/libskew.so: tests/tools/skew.c
 
 unit: $(BUILD)/libskew.so
 
+# What the tests need besides the build's packages: PyTorch
+# (python_torch, torch_ddp) and Fashion-MNIST (demo_smoke, torch_ddp).
+TEST_PKGS := python3-torch dataset-fashion-mnist
+
 # The README's test command: unit tests, then integration tests, each on a
 # private redis-server; ends with "N passed, N failed".
 test: deps
+	@scripts/install-deps.sh $(TEST_PKGS)
 	@$(MAKE) --no-print-directory unit
 	@BUILD=$(BUILD) tests/run.sh
 

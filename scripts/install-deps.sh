@@ -6,6 +6,7 @@
 #
 #   scripts/install-deps.sh                          # what the build needs
 #   scripts/install-deps.sh dataset-fashion-mnist    # that too (make demo)
+#   scripts/install-deps.sh python3-torch dataset-fashion-mnist   # make test
 set -euo pipefail
 
 PKGS=(

@@ -698,8 +698,8 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
                  "consumer id must be 1 to %d characters of A-Z a-z 0-9 _ . - :", MAX_CONSUMER_ID);
         return SLUICE_ERR_INVALID;
     }
-    if (o->world < 0 || o->world > 1000000 || (o->world > 0 && (o->rank < 0 || o->rank >= o->world)) ||
-        (o->world == 0 && o->rank != 0)) {
+    if (o->world < 0 || o->world > WORLD_MAX ||
+        (o->world > 0 && (o->rank < 0 || o->rank >= o->world)) || (o->world == 0 && o->rank != 0)) {
         snprintf(errbuf, errlen, "rank %d of world %d: the rank must be 0 to world-1 (world 0: "
                  "a free consumer, rank 0)", o->rank, o->world);
         return SLUICE_ERR_INVALID;
@@ -776,4 +776,94 @@ sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opt
     }
     *out = c;
     return SLUICE_OK;
+}
+
+sluice_err sluice_queue_ranks(const char *redis_url, const char *queue, int connect_timeout_ms,
+                              int *ranks, char *errbuf, size_t errlen)
+{
+    char scratch[8];
+    if (!errbuf) {
+        errbuf = scratch;
+        errlen = sizeof scratch;
+    }
+    if (errlen)
+        errbuf[0] = '\0';
+    if (!ranks) {
+        snprintf(errbuf, errlen, "sluice_queue_ranks: ranks must not be NULL");
+        return SLUICE_ERR_INVALID;
+    }
+    *ranks = 0;
+    if (!redis_url) {
+        snprintf(errbuf, errlen, "no Redis URL given (redis_url is NULL)");
+        return SLUICE_ERR_INVALID;
+    }
+    sluice_err e = sluicei_queue_name_check(queue, errbuf, errlen);
+    if (e != SLUICE_OK)
+        return e;
+    if (connect_timeout_ms < 0) {
+        snprintf(errbuf, errlen, "timeouts must not be negative");
+        return SLUICE_ERR_INVALID;
+    }
+    int ct = connect_timeout_ms ? connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
+    char msg[512] = "";
+    sluicei_router *r = NULL;
+    int nparts = 0;
+    e = sluicei_router_open(&r, redis_url, ct, 0, msg, sizeof msg);
+    if (e == SLUICE_OK && sluicei_router_kind_of(r) == SLUICEI_ROUTER_SINGLE) {
+        /* As open(): one server is connected to once, so that a wrong
+         * address is an error at once, not a wait (the router would try
+         * again for the command timeout). */
+        sluicei_url u;
+        e = sluicei_router_url(r, queue, 0, &u, msg, sizeof msg);
+        if (e == SLUICE_OK) {
+            redisContext *probe = NULL;
+            char why[400];
+            e = sluicei_redis_connect(&probe, &u, NULL, 0, ct, ct, why, sizeof why);
+            if (e != SLUICE_OK)
+                snprintf(msg, sizeof msg, "queue '%s': redis %s: %s", queue,
+                         sluicei_router_describe(r), why);
+            if (probe)
+                redisFree(probe);
+            sluicei_url_free(&u);
+        }
+    }
+    if (e == SLUICE_OK)
+        e = sluicei_queue_partitions(r, queue, &nparts, msg, sizeof msg);
+    if (e == SLUICE_ERR_NOQUEUE)
+        snprintf(msg, sizeof msg, "queue '%s' does not exist (create it with: sluice-ctl "
+                 "create %s)", queue, queue);
+    /* Every partition of a partitioned queue has the queue's ranks: the
+     * first one tells. */
+    char q[SLUICE_MAX_QUEUE_NAME + 8];
+    if (nparts > 0)
+        sluicei_partition_name(q, queue, 0);
+    else
+        snprintf(q, sizeof q, "%s", queue);
+    redisReply *rep = NULL;
+    if (e == SLUICE_OK) {
+        char key[SLUICE_MAX_KEY];
+        sluicei_key(key, q, "meta");
+        const char *av[3] = {"HGET", key, "ranks"};
+        e = sluicei_router_command(r, q, sluicei_now_ms() + SLUICE_COMMAND_TIMEOUT_MS_DEFAULT,
+                                   &rep, 3, av, NULL);
+        if (e != SLUICE_OK)
+            snprintf(msg, sizeof msg, "queue '%s': %s", queue, sluicei_router_errstr(r));
+    }
+    if (e == SLUICE_OK && rep->type != REDIS_REPLY_NIL) {
+        uint64_t v = 0;
+        if (rep->type != REDIS_REPLY_STRING ||
+            sluicei_parse_u64(rep->str, rep->len, WORLD_MAX, &v) != 0) {
+            snprintf(msg, sizeof msg, "queue '%s': its settings (sluice:{%s}:meta) have a ranks "
+                     "field that is not a number 0..%d", queue, q, WORLD_MAX);
+            e = SLUICE_ERR_PROTOCOL;
+        } else {
+            *ranks = (int)v;
+        }
+    }
+    if (rep)
+        freeReplyObject(rep);
+    sluicei_router_close(r);
+    if (e != SLUICE_OK)
+        snprintf(errbuf, errlen, "%s", msg);
+    return e;
 }

@@ -29,6 +29,7 @@
 #define PREFETCH_DEFAULT 4
 #define PREFETCH_MAX 1024
 #define MAX_CONSUMER_ID 64
+#define WORLD_MAX 1000000 /* the most ranks a consumer's world (and a queue's ranks) may have */
 /* Room for a batch id, ":pad<k>" and the NUL; longer ids in a queue are
  * not sluice's and go to the dead letters as they are. */
 #define RID_MAX 72

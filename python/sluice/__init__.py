@@ -8,7 +8,7 @@
 
 Consumer, Batch, Producer and the errors are documented on the classes;
 python/README.md has the lifetime rule of a batch's memory. sluice.torch
-holds a torch IterableDataset (PyTorch is imported only when it is used).
+holds a torch IterableDataset (`import sluice` never imports PyTorch).
 """
 import atexit
 

@@ -372,6 +372,7 @@ def _declare(lib):
         "sluice_batch_is_padding": (c_int, [c_void_p]),
         "sluice_consumer_epoch": (ctypes.c_uint32, [c_void_p]),
         "sluice_consumer_finished": (c_int, [c_void_p]),
+        "sluice_queue_ranks": (c_int, [c_char_p, c_char_p, c_int, P(c_int), c_char_p, c_size_t]),
     }
     for table, required in ((protos, True), (optional, False)):
         for name, (res, args) in table.items():

@@ -163,6 +163,24 @@ typedef struct sluice_consumer_opts {
 SLUICE_EXPORT sluice_err sluice_consumer_open(sluice_consumer **out, const sluice_consumer_opts *o,
                                 char *errbuf, size_t errlen);
 
+/* Tells how queue `queue` at redis_url is consumed, without opening a
+ * consumer: *ranks receives N for a coordinated queue of N ranks
+ * (sluice-ctl create Q --consumers N --coordinated), whose consumers open
+ * with world N, and 0 for a free queue (world 0). For a program that
+ * learns its rank and world from its environment (torchrun's RANK and
+ * WORLD_SIZE) and must know whether they apply to the queue. Reads the
+ * queue's settings over a connection of its own (the addresses of
+ * sluice_consumer_opts.redis_url; a consumer's credentials suffice),
+ * closed before it returns; connect_timeout_ms 0 is
+ * SLUICE_CONNECT_TIMEOUT_MS_DEFAULT. On failure *ranks is 0 and errbuf,
+ * when not NULL, receives the reason: SLUICE_ERR_NOQUEUE,
+ * SLUICE_ERR_INVALID (a bad address or queue name), SLUICE_ERR_IO,
+ * SLUICE_ERR_AUTH, SLUICE_ERR_PROTOCOL (settings that are not sluice's).
+ * Thread-safe. */
+SLUICE_EXPORT sluice_err sluice_queue_ranks(const char *redis_url, const char *queue,
+                                            int connect_timeout_ms, int *ranks, char *errbuf,
+                                            size_t errlen);
+
 /* Waits up to timeout_ms (< 0: forever, 0: no wait) for the next batch.
  *
  * Epochs: the batches of a job come epoch by epoch. When every batch of the

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The DDP example (examples/torch/ddp_train.py through examples/torch/run.sh),
+# shortened: 2 ranks over a coordinated queue, on the first 12,000
+# Fashion-MNIST training images as 4 tasks x 2 epochs in batches of 100.
+#  1. started by torchrun: the test accuracy reaches 0.78, every batch id
+#     of every epoch was trained on by exactly one rank, both ranks trained
+#     as many batches, and rank 0 left a checkpoint (model, optimizer,
+#     step) with no temporary file behind;
+#  2. started by itself (--nproc 2), each rank reading in a DataLoader
+#     worker started by spawn (which has no process group: the rank comes
+#     pickled with the dataset), 1 more epoch of 6,000 images: it resumes
+#     from that checkpoint (step 120), trains 30 more steps per rank,
+#     exactly once again, and stays above 0.78.
+# The threshold: this shortened run scored 0.818-0.831 (4 runs, shuffle
+# seeds 1-3 and 7), while a model that saw a sixth of it (20 steps) scores
+# 0.74 and chance is 0.10; 0.78 fails a pipeline that loses or repeats a
+# good part of the data, not an unlucky order.
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+need_bin sluice-ctl sluice-producer
+"$PY" -c 'import torch' 2>/dev/null ||
+    fail "PyTorch is missing for $PY (Debian: python3-torch; make test installs it)"
+data=/usr/share/datasets/fashion-mnist
+[[ -r $data/train-images-idx3-ubyte.gz ]] ||
+    fail "Fashion-MNIST is missing (Debian: dataset-fashion-mnist; make test installs it)"
+min_acc=0.78
+
+# check_ids PREFIX EPOCHS TASKS SEQS: the ids PREFIX.0 and PREFIX.1 list
+# are every (epoch, task, seq) of the job once, half on each rank.
+check_ids() {
+    "$PY" - "$@" <<'PYEOF'
+import collections, sys
+prefix, epochs, tasks, seqs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+want = {(e, t, s) for e in range(epochs) for t in range(tasks) for s in range(seqs)}
+seen = collections.Counter()
+per_rank = []
+for r in (0, 1):
+    with open("%s.%d" % (prefix, r)) as f:
+        ids = [tuple(int(v) for v in line.split()) for line in f]
+    per_rank.append(collections.Counter(e for e, _, _ in ids))
+    seen.update(ids)
+dup = sorted(i for i, n in seen.items() if n > 1)
+missing = sorted(want - set(seen))
+extra = sorted(set(seen) - want)
+if dup or missing or extra:
+    sys.exit("ids: %d twice %s, %d missing %s, %d unexpected %s"
+             % (len(dup), dup[:5], len(missing), missing[:5], len(extra), extra[:5]))
+if per_rank[0] != per_rank[1]:
+    sys.exit("ranks trained unequal counts per epoch: %s vs %s" % (per_rank[0], per_rank[1]))
+print("ids: %d batches once each, per rank and epoch %s" % (len(seen), dict(per_rank[0])))
+PYEOF
+}
+
+acc_ok() { awk -v a="$1" -v m="$min_acc" 'BEGIN { exit !(a >= m) }'; }
+
+rc=0
+DDP_LAUNCH=torchrun DDP_EPOCHS=2 DDP_RECORDS=12000 DDP_SHARDS=4 DDP_BATCH=100 DDP_TIMEOUT=50 \
+    BUILD=$BUILD TMPDIR=$T "$ROOT/examples/torch/run.sh" \
+    --ids-out "$T/a" --checkpoint "$T/ckpt.pt" --checkpoint-every 50 >"$T/a.out" 2>&1 || rc=$?
+note "torchrun:"
+cat "$T/a.out"
+((rc == 0)) || fail "run.sh with torchrun exited with status $rc"
+last=$(grep '^test_accuracy=' "$T/a.out") || fail "no test_accuracy= line"
+acc=$(kv test_accuracy "$last")
+acc_ok "$acc" || fail "test accuracy $acc is below $min_acc"
+[[ $(kv step "$last") == 120 ]] || fail "rank 0 made $(kv step "$last") steps, expected 120"
+grep -q '^epoch 1: 120 batches over 2 ranks' "$T/a.out" || fail "no 'epoch 1: 120 batches' line"
+check_ids "$T/a" 2 4 30 || fail "torchrun run: the trained batch ids are wrong"
+[[ -f $T/ckpt.pt ]] || fail "no checkpoint was written"
+left=$(find "$T" -maxdepth 1 -name 'ckpt.pt.tmp*')
+[[ -z $left ]] || fail "temporary checkpoint files left: $left"
+"$PY" - "$T/ckpt.pt" <<'PYEOF' || fail "the checkpoint is not what it should be"
+import sys, torch
+s = torch.load(sys.argv[1])
+assert sorted(s) == ["model", "optimizer", "scheduler", "step"], sorted(s)
+assert s["step"] == 120, s["step"]
+PYEOF
+
+rc=0
+DDP_LAUNCH=spawn DDP_WORKERS=1 DDP_EPOCHS=1 DDP_RECORDS=6000 DDP_SHARDS=3 DDP_BATCH=100 \
+    DDP_TIMEOUT=50 \
+    BUILD=$BUILD TMPDIR=$T "$ROOT/examples/torch/run.sh" \
+    --ids-out "$T/b" --checkpoint "$T/ckpt.pt" --checkpoint-every 50 >"$T/b.out" 2>&1 || rc=$?
+note "--nproc 2, 1 worker per rank, from the checkpoint:"
+cat "$T/b.out"
+((rc == 0)) || fail "run.sh with --nproc 2 exited with status $rc"
+grep -q "^resumed from $T/ckpt.pt at step 120$" "$T/b.out" || fail "it did not resume at step 120"
+last=$(grep '^test_accuracy=' "$T/b.out") || fail "no test_accuracy= line"
+acc=$(kv test_accuracy "$last")
+acc_ok "$acc" || fail "test accuracy $acc after resuming is below $min_acc"
+[[ $(kv step "$last") == 150 ]] || fail "rank 0 ended at step $(kv step "$last"), expected 150"
+check_ids "$T/b" 1 3 20 || fail "--nproc run: the trained batch ids are wrong"
+echo "ok: torchrun: accuracy $(kv test_accuracy "$(grep '^test_accuracy=' "$T/a.out")"); --nproc 2 resumed: $acc"
