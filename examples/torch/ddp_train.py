@@ -29,6 +29,7 @@ the producers. Options: --help.
 import argparse
 import gzip
 import os
+import signal
 import socket
 import struct
 import sys
@@ -74,11 +75,18 @@ def parse_args(argv):
                    help="each rank writes the batch ids it trained on, one 'epoch task seq' "
                         "line per batch, to PREFIX.<rank>")
     p.add_argument("--checkpoint", metavar="FILE",
-                   help="load FILE at start when it exists; rank 0 saves it every "
-                        "--checkpoint-every steps and at the end")
+                   help="resume from FILE at start when it exists (the model, the optimizer "
+                        "and the place of every rank in the queue); rank 0 saves it before "
+                        "the first step, every --checkpoint-every steps and at the end")
     p.add_argument("--checkpoint-every", type=int, default=100, metavar="K",
                    help="steps between checkpoints (default 100)")
+    p.add_argument("--die-at", type=int, default=0, metavar="STEP",
+                   help="rank 0 kills itself (SIGKILL) right after training step STEP, to "
+                        "show (and test) resuming: run it again with the same --checkpoint")
     a = p.parse_args(argv)
+    if a.checkpoint and a.workers:
+        p.error("--checkpoint needs --workers 0: the queue's place is checkpointed in the "
+                "process that trains (BatchDataset.state_dict())")
     for name, least in (("nproc", 0), ("workers", 0), ("hidden", 1), ("threads", 1),
                         ("checkpoint_every", 1)):
         if getattr(a, name) < least:
@@ -113,16 +121,36 @@ def inputs(tensors):
 # then renamed over the old one, so a crash never leaves half a file);
 # every rank reads it at start (load_checkpoint).
 
-def checkpoint_state(model, optimizer, scheduler, step, dataset):
+def checkpoint_state(model, optimizer, scheduler, step, dataset, ids):
+    """Called by every rank at the same step (it is collective): each
+    rank's dataset takes a checkpoint of its place in the queue, behind
+    everything it trained; rank 0 gets the state to save (the others
+    None). Rank 0's dataset state resumes every rank (each its own
+    checkpoint of that number). ids: the rank's file of trained batch ids,
+    whose length goes in too, so that a resumed run forgets the ids of
+    batches trained after the checkpoint (they are trained again)."""
+    sluice_state = dataset.state_dict()
+    if ids:
+        ids.flush()
+    mine = ids.tell() if ids else 0
+    lengths = [None] * dist.get_world_size()
+    dist.all_gather_object(lengths, mine)      # also: every rank has its checkpoint now
+    if dist.get_rank() != 0:
+        return None
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "step": step}
+            "scheduler": scheduler.state_dict(), "step": step, "sluice": sluice_state,
+            "ids_lengths": lengths}
 
 
-def restore_checkpoint(state, model, optimizer, scheduler, dataset):
+def restore_checkpoint(state, model, optimizer, scheduler, dataset, ids):
     """Restores what checkpoint_state() saved; returns the step."""
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    dataset.load_state_dict(state["sluice"])
+    if ids:
+        ids.truncate(state["ids_lengths"][dist.get_rank()])
+        ids.seek(0, os.SEEK_END)
     return state["step"]
 
 
@@ -179,18 +207,29 @@ def run_rank(rank, world, args):
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     # Rank and world: from torch.distributed. Each DataLoader pass is one
     # epoch of the job.
-    dataset = BatchDataset(args.redis, args.queue, epochs=1, with_id=True)
+    # With --checkpoint the dataset keeps its last 2 checkpoints.
+    dataset = BatchDataset(args.redis, args.queue, epochs=1, with_id=True,
+                           **({"checkpoints": 2} if args.checkpoint else {}))
     step = 0
     state = load_checkpoint(args.checkpoint)
+    ids = None
+    if args.ids_out:
+        path = "%s.%d" % (args.ids_out, rank)
+        ids = open(path, "r+" if state is not None and os.path.exists(path) else "w")
     if state is not None:
-        step = restore_checkpoint(state, model, optimizer, scheduler, dataset)
+        step = restore_checkpoint(state, model, optimizer, scheduler, dataset, ids)
         if rank == 0:
             print("resumed from %s at step %d" % (args.checkpoint, step), flush=True)
+    elif args.checkpoint:
+        # A first checkpoint before any step: whenever it crashes, there
+        # is one to resume from, taken by every rank.
+        first = checkpoint_state(model, optimizer, scheduler, step, dataset, ids)
+        if rank == 0:
+            save_checkpoint(args.checkpoint, first)
     ddp = DistributedDataParallel(model)
     loader = DataLoader(dataset, batch_size=None, num_workers=args.workers,
                         multiprocessing_context=args.start_method if args.workers else None,
                         persistent_workers=args.workers > 0)
-    ids = open("%s.%d" % (args.ids_out, rank), "w") if args.ids_out else None
     t_start = time.monotonic()
     trained = 0
     while True:
@@ -216,9 +255,13 @@ def run_rank(rank, world, args):
             epoch = bid.epoch
             if ids:
                 ids.write("%d %d %d\n" % bid)
-            if args.checkpoint and rank == 0 and step % args.checkpoint_every == 0:
-                save_checkpoint(args.checkpoint,
-                                checkpoint_state(model, optimizer, scheduler, step, dataset))
+            if args.die_at and step == args.die_at and rank == 0:
+                print("rank 0: killing itself after step %d (--die-at)" % step, flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if args.checkpoint and step % args.checkpoint_every == 0:
+                saved = checkpoint_state(model, optimizer, scheduler, step, dataset, ids)
+                if rank == 0:
+                    save_checkpoint(args.checkpoint, saved)
         # Every rank had as many batches as the others (a coordinated
         # queue): none is left waiting in this allreduce.
         totals = torch.tensor([loss_sum, batches, waited], dtype=torch.float64)
@@ -233,16 +276,17 @@ def run_rank(rank, world, args):
                   % (epoch, totals[1], world, totals[0] / totals[1], time.monotonic() - t0,
                      totals[2] / world), flush=True)
     train_s = time.monotonic() - t_start
-    if ids:
-        ids.close()
-    if args.checkpoint and rank == 0:
-        save_checkpoint(args.checkpoint,
-                        checkpoint_state(model, optimizer, scheduler, step, dataset))
+    if args.checkpoint:
+        saved = checkpoint_state(model, optimizer, scheduler, step, dataset, ids)
+        if rank == 0:
+            save_checkpoint(args.checkpoint, saved)
     if rank == 0:
         acc = accuracy_on_test_set(model, args.data)
         print("rank 0: test accuracy %.4f on 10000 images" % acc, flush=True)
         print("test_accuracy=%.4f train_s=%.1f batches=%d world=%d step=%d"
               % (acc, train_s, trained, world, step), flush=True)
+    if ids:
+        ids.close()
     dist.destroy_process_group()
 
 

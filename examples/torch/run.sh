@@ -18,7 +18,10 @@
 # DDP_SHARDS (12 tasks per epoch), DDP_BATCH (100 images per batch),
 # DDP_WORKERS (0: DataLoader workers per rank), DDP_PRODUCERS (2),
 # DDP_SEED (7: task shuffle seed), DDP_TIMEOUT (600 s for the trainer),
-# DDP_DATA (/usr/share/datasets/fashion-mnist).
+# DDP_DATA (/usr/share/datasets/fashion-mnist), DDP_KILL_AT (a step: the
+# trainer's rank 0 kills itself after it (--die-at), the producers are
+# killed too (kill -9) and started again, and the trainer is started again
+# and resumes from its --checkpoint, which must be given).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -40,6 +43,11 @@ PY=/usr/bin/python3
 
 die() { echo "run.sh: $*" >&2; exit 1; }
 
+kill_at=${DDP_KILL_AT:-}
+if [[ -n $kill_at ]]; then
+    [[ $kill_at =~ ^[1-9][0-9]*$ ]] || die "DDP_KILL_AT must be a step (a positive integer), got '$kill_at'"
+    [[ " $* " == *" --checkpoint "* ]] || die "DDP_KILL_AT needs --checkpoint FILE: the trainer resumes from it"
+fi
 for v in epochs records shards batch nprod seed timeout_s; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
 done
@@ -88,18 +96,24 @@ trap 'exit 143' TERM
 ctl() { "$BUILD/sluice-ctl" --redis "$REDIS_URL" "$@"; }
 
 redis_tmp_start
+# A lease of 3 s: a rank that died is replaced (resumed) within 3 s.
 ctl create "$q" --max-batches 64 --max-bytes 64M --consumers "$qranks" --coordinated \
-    --remainder drop >/dev/null
+    --remainder drop --lease-ms 3000 >/dev/null
 printf 'idx %s %s records=0:%d split=%d\n' "$images" "$labels" "$records" "$shards" >"$work/manifest"
 ctl submit "$q" --manifest "$work/manifest" --epochs "$epochs" --batch-size "$batch" \
     --shuffle-seed "$seed" >/dev/null
 echo "run.sh: queue '$q' at $REDIS_URL, coordinated over $qranks ranks; job: $records images" \
      "as $shards tasks x $epochs epochs, batches of $batch; $nprod producers; launch: $launch"
-for ((p = 0; p < nprod; p++)); do
-    "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" >"$work/p$p.out" 2>"$work/p$p.err" \
-        </dev/null &
-    pids+=($!)
-done
+start_producers() {
+    local p
+    pids=()
+    for ((p = 0; p < nprod; p++)); do
+        "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" >"$work/p$p.out" \
+            2>"$work/p$p.err" </dev/null &
+        pids+=($!)
+    done
+}
+start_producers
 
 export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
 export SLUICE_LIB=$BUILD/libsluice.so
@@ -118,6 +132,15 @@ else
 fi
 t0=$(date +%s.%N)
 rc=0
+if [[ -n $kill_at ]]; then
+    timeout -k 10 "$timeout_s" "${cmd[@]}" --die-at "$kill_at" </dev/null || rc=$?
+    ((rc != 0)) || die "the trainer did not die at step $kill_at (the job has fewer steps?)"
+    echo "run.sh: the trainer died (exit status $rc); killing the producers (kill -9)," \
+         "starting them and the trainer again"
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    start_producers
+    rc=0
+fi
 timeout -k 10 "$timeout_s" "${cmd[@]}" </dev/null || rc=$?
 echo "run.sh: the trainer ran $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s" \
      "(exit status $rc)"

@@ -79,7 +79,17 @@ class BatchDataset(_Base):
 
     Each iteration (each pass of a DataLoader) opens its consumers afresh
     and goes on where the queue is: with epochs=1 every pass is one epoch
-    of the job, and a pass after the job's end yields nothing.
+    of the job, and a pass after the job's end yields nothing. With
+    checkpoints, the consumer stays open in its process from one pass to
+    the next (its checkpoints go with it).
+
+    Checkpoints (num_workers=0: the consumer is in the process that trains):
+    BatchDataset(..., checkpoints=K) keeps the last K; state_dict() takes a
+    checkpoint and returns {"queue", "sluice_token"}, to save with the
+    model's state; load_state_dict(saved) before iterating makes the next
+    pass resume from it (the batches acknowledged after it come again
+    first, none before). In DDP every rank calls state_dict() at the same
+    step, and every rank loads the one rank 0 saved.
 
     rank/world: this process's rank of `world` on a coordinated queue;
     None: from torch.distributed or RANK/WORLD_SIZE (see the module's
@@ -108,6 +118,8 @@ class BatchDataset(_Base):
         # (rank, world, where from) of the process group of the process
         # that pickled this dataset (see __getstate__).
         self._group = None
+        self._resume = None     # a token load_state_dict() gave, for the next open
+        self._live = None       # (pid, Consumer) open in that process
 
     def __getstate__(self):
         # A DataLoader worker started by spawn or forkserver receives the
@@ -116,7 +128,57 @@ class BatchDataset(_Base):
         state = dict(self.__dict__)
         if self.world is None and state.get("_group") is None:
             state["_group"] = _from_process_group()
+        state["_live"] = None   # a consumer belongs to its process
         return state
+
+    def _consumer(self, rank, world, opts):
+        """This process's consumer: the one open already, else a new one
+        (resuming the token load_state_dict() gave, once)."""
+        live = self.__dict__.get("_live")
+        if live is not None and live[0] == os.getpid() and not live[1].closed:
+            return live[1]
+        resume = self.__dict__.get("_resume")
+        c = Consumer(self.url, self.queue, rank=rank, world=world,
+                     timeout_ms=self.idle_timeout_ms, resume=resume, **opts)
+        self._resume = None
+        self._live = (os.getpid(), c)
+        return c
+
+    def state_dict(self):
+        """Takes a checkpoint of this process's place in the queue (every item
+        yielded so far counts as trained) and returns {"queue": ...,
+        "sluice_token": ...}; before the first pass it opens the consumer
+        (a checkpoint at step 0). Needs BatchDataset(checkpoints=K) and the
+        dataset read in this process (DataLoader num_workers=0)."""
+        if _worker_info() is not None:
+            raise RuntimeError("BatchDataset.state_dict() inside a DataLoader worker: take "
+                               "checkpoints in the training process, with num_workers=0")
+        if not self.consumer_opts.get("checkpoints"):
+            raise ValueError("BatchDataset.state_dict(): the dataset was made without "
+                             "checkpoints: pass checkpoints=K (K checkpoints kept, e.g. 2)")
+        live = self.__dict__.get("_live")
+        if live is None or live[0] != os.getpid() or live[1].closed:
+            rank, world = self._placement(0, 0)
+            c = self._consumer(rank, world, self.consumer_opts)
+        else:
+            c = live[1]
+        return {"queue": self.queue, "sluice_token": c.checkpoint()}
+
+    def load_state_dict(self, state):
+        """Makes the next pass resume from the checkpoint state_dict()
+        returned (a consumer open in this process is closed first: what it
+        took is handed back)."""
+        if not isinstance(state, dict) or "sluice_token" not in state:
+            raise ValueError("BatchDataset.load_state_dict(): not a state of "
+                             "BatchDataset.state_dict() (no 'sluice_token'): %r" % (state,))
+        if state.get("queue", self.queue) != self.queue:
+            raise ValueError("BatchDataset.load_state_dict(): the state is of queue %r, this "
+                             "dataset reads %r" % (state.get("queue"), self.queue))
+        live = self.__dict__.get("_live")
+        if live is not None and live[0] == os.getpid():
+            live[1].close()
+        self._live = None
+        self._resume = state["sluice_token"]
 
     def __iter__(self):
         info = _worker_info()
@@ -240,9 +302,11 @@ def _convert(batch, copy):
 
 
 def _iterate(ds, rank, world, opts):
-    """The batches of ds as items (the generator behind BatchDataset)."""
-    with Consumer(ds.url, ds.queue, rank=rank, world=world, timeout_ms=ds.idle_timeout_ms,
-                  **opts) as c:
+    """The batches of ds as items (the generator behind BatchDataset). A
+    consumer with checkpoints stays open for the next pass; any other is
+    closed at the end of this one."""
+    c = ds._consumer(rank, world, opts)
+    try:
         done = 0
         while not c.finished and (ds.epochs is None or done < ds.epochs):
             try:
@@ -255,3 +319,7 @@ def _iterate(ds, rank, world, opts):
             except Timeout:
                 return
             done += 1
+    finally:
+        if not opts.get("checkpoints"):
+            c.close()
+            ds._live = None
