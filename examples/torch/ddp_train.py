@@ -7,7 +7,8 @@ Each rank is one process; its BatchDataset learns its rank and world from
 torch.distributed, and the coordinated queue gives every rank the same
 number of batches per epoch, so DDP's gradient allreduce never waits on a
 rank that ran out. A DataLoader pass is one epoch of the job (epochs=1);
-a pass that yields nothing on every rank means the job is over. Rank 0
+the dataset says when the job is over (BatchDataset.finished; with
+DataLoader workers, a pass that yields nothing on every rank). Rank 0
 prints each epoch's mean loss and, at the end, the accuracy on the 10,000
 test images, read straight from the IDX file.
 
@@ -264,12 +265,18 @@ def run_rank(rank, world, args):
                     save_checkpoint(args.checkpoint, saved)
         # Every rank had as many batches as the others (a coordinated
         # queue): none is left waiting in this allreduce.
-        totals = torch.tensor([loss_sum, batches, waited], dtype=torch.float64)
+        totals = torch.tensor([loss_sum, batches, waited, float(dataset.finished)],
+                              dtype=torch.float64)
         dist.all_reduce(totals)
-        if totals[1] == 0:
-            break        # the job is over
-        trained += int(totals[1])
+        # The job is over: the datasets say so. Read in DataLoader workers
+        # (no checkpoints: no pass can start at an epoch's very end), an
+        # empty pass says it.
+        if totals[1] == 0 and (args.workers or totals[3] == world):
+            break
         scheduler.step()
+        if totals[1] == 0:
+            continue     # resumed at the very end of an epoch: only its end was left
+        trained += int(totals[1])
         if rank == 0:
             print("epoch %d: %d batches over %d ranks, mean loss %.4f, %.1f s (ranks waited "
                   "%.1f s for data on average)"

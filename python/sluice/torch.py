@@ -120,6 +120,7 @@ class BatchDataset(_Base):
         self._group = None
         self._resume = None     # a token load_state_dict() gave, for the next open
         self._live = None       # (pid, Consumer) open in that process
+        self._finished = False  # this process's consumer saw the job's end
 
     def __getstate__(self):
         # A DataLoader worker started by spawn or forkserver receives the
@@ -143,6 +144,17 @@ class BatchDataset(_Base):
         self._resume = None
         self._live = (os.getpid(), c)
         return c
+
+    @property
+    def finished(self):
+        """True once an iteration in this process reached the end of the job's
+        last epoch: a pass that yields nothing because the job is over, not
+        because it resumed at the end of an epoch. Only the process that
+        reads knows: with DataLoader workers it stays False here."""
+        live = self.__dict__.get("_live")
+        if live is not None and live[0] == os.getpid() and not live[1].closed:
+            return live[1].finished
+        return self.__dict__.get("_finished", False)
 
     def state_dict(self):
         """Takes a checkpoint of this process's place in the queue (every item
@@ -320,6 +332,7 @@ def _iterate(ds, rank, world, opts):
                 return
             done += 1
     finally:
+        ds._finished = c.finished
         if not opts.get("checkpoints"):
             c.close()
             ds._live = None

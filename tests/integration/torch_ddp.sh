@@ -2,10 +2,11 @@
 # The DDP example (examples/torch/ddp_train.py through examples/torch/run.sh),
 # shortened: 2 ranks over a coordinated queue, on the first 12,000
 # Fashion-MNIST training images as 4 tasks x 2 epochs in batches of 100.
-#  1. started by torchrun, with a checkpoint every 25 steps, rank 0 killed
+#  1. started by torchrun, with a checkpoint every 30 steps, rank 0 killed
 #     after step 70 and the producers with it, then everything started
-#     again: the trainer resumes from step 50 (the model, the optimizer and
-#     each rank's place in the queue), the test accuracy reaches 0.78, the
+#     again: the trainer resumes from step 60, the last of epoch 0 (the
+#     model, the optimizer and each rank's place in the queue: before the
+#     end of epoch 0, which then comes first), the test accuracy reaches 0.78, the
 #     final model's batch ids (each rank's list cut back to the checkpoint
 #     at the resume) are every batch of every epoch once, both ranks
 #     trained as many, and rank 0 left a checkpoint with no temporary file
@@ -59,11 +60,11 @@ acc_ok() { awk -v a="$1" -v m="$min_acc" 'BEGIN { exit !(a >= m) }'; }
 rc=0
 DDP_LAUNCH=torchrun DDP_EPOCHS=2 DDP_RECORDS=12000 DDP_SHARDS=4 DDP_BATCH=100 DDP_TIMEOUT=50 \
     DDP_KILL_AT=70 BUILD=$BUILD TMPDIR=$T "$ROOT/examples/torch/run.sh" \
-    --ids-out "$T/a" --checkpoint "$T/ckpt.pt" --checkpoint-every 25 >"$T/a.out" 2>&1 || rc=$?
+    --ids-out "$T/a" --checkpoint "$T/ckpt.pt" --checkpoint-every 30 >"$T/a.out" 2>&1 || rc=$?
 note "torchrun, killed after step 70:"
 cat "$T/a.out"
 ((rc == 0)) || fail "run.sh with torchrun exited with status $rc"
-grep -q "^resumed from $T/ckpt.pt at step 50$" "$T/a.out" || fail "it did not resume at step 50"
+grep -q "^resumed from $T/ckpt.pt at step 60$" "$T/a.out" || fail "it did not resume at step 60"
 last=$(grep '^test_accuracy=' "$T/a.out") || fail "no test_accuracy= line"
 acc=$(kv test_accuracy "$last")
 acc_ok "$acc" || fail "test accuracy $acc is below $min_acc"
