@@ -294,6 +294,14 @@ def run_rank(rank, world, args):
               % (acc, train_s, trained, world, step), flush=True)
     if ids:
         ids.close()
+    # Torch 1.13's gloo can deadlock when the process group goes with the
+    # DDP model while a worker thread of it still frees the tensors of the
+    # last collective (it needs the GIL, which the freeing thread holds):
+    # the barrier waits (without the GIL) until every rank is here and the
+    # earlier collectives' tensors are gone; then the model and the group
+    # go, the model first.
+    dist.barrier()
+    del ddp
     dist.destroy_process_group()
 
 

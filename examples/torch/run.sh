@@ -6,7 +6,8 @@
 # then examples/torch/ddp_train.py as 2 ranks, started by itself (--nproc
 # 2) or by torchrun. Arguments are passed on to ddp_train.py. Stops
 # everything it started on exit and on Ctrl-C; exits with the trainer's
-# status.
+# status. Installs python3-torch and dataset-fashion-mnist (Debian) when
+# they are missing.
 #
 #   BUILD=build examples/torch/run.sh
 #   DDP_LAUNCH=torchrun DDP_EPOCHS=1 DDP_RECORDS=12000 DDP_SHARDS=4 \
@@ -67,6 +68,10 @@ for b in sluice-ctl sluice-producer; do
     [[ -x $BUILD/$b ]] || die "$BUILD/$b is missing; run 'make' first"
 done
 [[ -f $BUILD/libsluice.so ]] || die "$BUILD/libsluice.so is missing; run 'make' first"
+# PyTorch and the dataset, when missing (Debian packages; prints nothing
+# when they are there).
+"$root/scripts/install-deps.sh" python3-torch dataset-fashion-mnist ||
+    die "could not install python3-torch and dataset-fashion-mnist"
 "$PY" -c 'import torch' 2>/dev/null || die "PyTorch is missing (Debian: apt-get install python3-torch)"
 images=$data/train-images-idx3-ubyte.gz
 labels=$data/train-labels-idx1-ubyte.gz
@@ -96,7 +101,8 @@ trap 'exit 143' TERM
 ctl() { "$BUILD/sluice-ctl" --redis "$REDIS_URL" "$@"; }
 
 redis_tmp_start
-# A lease of 3 s: a rank that died is replaced (resumed) within 3 s.
+# Leases of 3 s: a rank that died is replaced (resumed), and a task whose
+# producer died is taken up again, within 3 s.
 ctl create "$q" --max-batches 64 --max-bytes 64M --consumers "$qranks" --coordinated \
     --remainder drop --lease-ms 3000 >/dev/null
 printf 'idx %s %s records=0:%d split=%d\n' "$images" "$labels" "$records" "$shards" >"$work/manifest"
@@ -108,7 +114,7 @@ start_producers() {
     local p
     pids=()
     for ((p = 0; p < nprod; p++)); do
-        "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" >"$work/p$p.out" \
+        "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --lease-ms 3000 >"$work/p$p.out" \
             2>"$work/p$p.err" </dev/null &
         pids+=($!)
     done
