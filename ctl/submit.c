@@ -4,6 +4,7 @@
  * nothing. */
 #include "ctl.h"
 #include "num.h"
+#include "rng.h"
 
 #include <sluice/producer.h>
 
@@ -86,26 +87,6 @@ int submit_parse(int argc, char **argv, submit_opts *o)
 }
 
 
-/* splitmix64: a small, well-mixed generator; one state per epoch. */
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* A uniform value in [0, bound), bound >= 1 (rejection, no modulo bias). */
-static uint64_t uniform(uint64_t *state, uint64_t bound)
-{
-    uint64_t threshold = (0 - bound) % bound;   /* 2^64 mod bound */
-    for (;;) {
-        uint64_t x = splitmix64(state);
-        if (x >= threshold)
-            return x % bound;
-    }
-}
-
 /* Writes epoch's task order into perm (n shards): manifest order without
  * a seed; else a Fisher-Yates shuffle driven by splitmix64 seeded with
  * seed ^ epoch, so that the same seed always gives the same orders and
@@ -117,7 +98,7 @@ static void epoch_perm(uint32_t *perm, size_t n, const submit_opts *o, uint64_t 
     if (o->has_seed) {
         uint64_t st = o->seed ^ epoch;
         for (size_t i = n - 1; i > 0; i--) {
-            size_t j = (size_t)uniform(&st, i + 1);
+            size_t j = (size_t)sluicei_uniform(&st, i + 1);
             uint32_t t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;

@@ -99,6 +99,9 @@ if op == 'take' then
   local n, ep, keep, req = ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
   local jt = redis.call('HGET', job, 'token') or '-'
   if redis.call('HGET', ck, 'req') == req then return {last, jt} end
+  if not keep or keep < 1 or keep > 1000 then
+    return redis.error_reply('INVALID checkpoint: keep must be 1 to 1000, got ' .. ARGV[8])
+  end
   if not string.match(n, '^[1-9]%d?%d?%d?%d?%d?%d?%d?%d?%d?$') or tonumber(n) <= last then
     return redis.error_reply('INVALID checkpoint ' .. n .. ' of ' .. who .. ': its checkpoints ' ..
                              'are numbered up to ' .. last .. ' already (is another process ' ..

@@ -3,6 +3,7 @@
  * through a transform plugin; with a job's order, the records shuffled
  * within windows first, and a short last batch dropped. */
 #include "batcher.h"
+#include "rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,39 +78,14 @@ uint64_t sluicei_batcher_dropped(const sluicei_batcher *b)
     return b->dropped;
 }
 
-/* splitmix64 (Steele, Lea, Flood), as sluice-ctl submit uses for the task
- * order: the step, and its output function alone to mix the seed. */
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t splitmix64(uint64_t *state)
-{
-    return mix64(*state += 0x9e3779b97f4a7c15ULL);
-}
-
-/* A uniform value in [0, bound), bound >= 1 (rejection, no modulo bias). */
-static uint64_t uniform(uint64_t *state, uint64_t bound)
-{
-    uint64_t threshold = (0 - bound) % bound;   /* 2^64 mod bound */
-    for (;;) {
-        uint64_t x = splitmix64(state);
-        if (x >= threshold)
-            return x % bound;
-    }
-}
-
 void sluicei_shuffle_perm(uint32_t *perm, size_t n, uint64_t seed, uint32_t epoch,
                           uint64_t shard, uint64_t window)
 {
-    uint64_t st = mix64(mix64(mix64(mix64(seed) ^ epoch) ^ shard) ^ window);
+    uint64_t st = sluicei_mix64(sluicei_mix64(sluicei_mix64(sluicei_mix64(seed) ^ epoch) ^ shard) ^ window);
     for (size_t i = 0; i < n; i++)
         perm[i] = (uint32_t)i;
     for (size_t i = n; i > 1; i--) {
-        size_t j = (size_t)uniform(&st, i);
+        size_t j = (size_t)sluicei_uniform(&st, i);
         uint32_t t = perm[i - 1];
         perm[i - 1] = perm[j];
         perm[j] = t;
