@@ -332,7 +332,8 @@ def _iterate(ds, rank, world, opts):
                 return
             done += 1
     finally:
-        ds._finished = c.finished
+        # (A consumer closed meanwhile: at exit, or by load_state_dict().)
+        ds._finished = not c.closed and c.finished
         if not opts.get("checkpoints"):
             c.close()
             ds._live = None

@@ -21,7 +21,20 @@
 # good part of the data, not an unlucky order.
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
+# shellcheck source=tests/lib/python.sh
+. "$ROOT/tests/lib/python.sh"
 need_bin sluice-ctl sluice-producer
+# A library built with ASan (make asan) needs its runtime loaded first in
+# every Python that loads it: run.sh starts them, so it goes in the
+# environment of all it starts (python.sh found it; leaks are not checked
+# in an interpreter, which never frees everything). libstdc++ right after
+# it: else ASan's __cxa_throw finds no real one, and torch's C++
+# exceptions (gloo's, when a rank dies) abort the process.
+if [[ -n $_py_asan ]]; then
+    stdcxx=$(/sbin/ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ { print $NF; exit }')
+    export LD_PRELOAD=$_py_asan${stdcxx:+:$stdcxx}${LD_PRELOAD:+:$LD_PRELOAD}
+    export ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
+fi
 "$PY" -c 'import torch' 2>/dev/null ||
     fail "PyTorch is missing for $PY (Debian: python3-torch; make test installs it)"
 data=/usr/share/datasets/fashion-mnist
