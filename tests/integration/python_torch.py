@@ -24,7 +24,9 @@ What "everything else" checks:
     num_workers, the rank and what to do, taking nothing;
   * a queue of world x num_workers = 4 ranks: 2 ranks with 2 workers each
     get equal counts, every batch exactly once;
-  * wrong or missing rank/world: errors naming what is wrong.
+  * wrong or missing rank/world: errors naming what is wrong;
+  * state_dict()/load_state_dict(): the items after the checkpoint come
+    again, first, and the "model" holds every batch once.
 """
 import os
 import pickle
@@ -219,6 +221,34 @@ def expect_error(what, fn, *needles):
     fail("%s: no error" % what)
 
 
+def check_state_dict(url, BatchDataset):
+    """state_dict()/load_state_dict() on the free queue pt: 3 items, a
+    checkpoint, 2 more; loaded back, the next pass gives those 2 again,
+    first, then the rest: every batch once in the 'model'."""
+    want = push(url, "pt", 500, 6)
+    expect_error("state_dict without checkpoints", BatchDataset(url, "pt").state_dict,
+                 "checkpoints=K")
+    ds = BatchDataset(url, "pt", idle_timeout_ms=IDLE_MS, with_id=True, checkpoints=2)
+    expect_error("load_state_dict of another thing", lambda: ds.load_state_dict({"x": 1}),
+                 "sluice_token")
+    it = iter(ds)
+    model = [tuple(next(it)[0]) for _ in range(3)]
+    state = ds.state_dict()
+    if not state["sluice_token"].startswith("sluice-ckpt/1/pt/") or state["queue"] != "pt":
+        fail("state_dict: %r" % (state,))
+    after = [tuple(next(it)[0]) for _ in range(2)]      # trained, then a crash: lost
+    it.close()
+    ds.load_state_dict(state)
+    again = [tuple(bid) for bid, _ in ds]
+    if again[:2] != after:
+        fail("after load_state_dict the first items are %s, not %s (trained after the "
+             "checkpoint)" % (again[:2], after))
+    model += again
+    if sorted(model) != sorted(want):
+        fail("the model holds %s, want each of %s once" % (sorted(model), sorted(want)))
+    return len(want)
+
+
 def check_coordinated(url, BatchDataset, DataLoader):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         os.environ.pop(k, None)
@@ -286,6 +316,7 @@ def main():
     pushed = check_items(url, BatchDataset, torch)
     pushed += check_loaders(url, BatchDataset, DataLoader)
     pushed += check_coordinated(url, BatchDataset, DataLoader)
+    pushed += check_state_dict(url, BatchDataset)
     print("pushed=%d" % pushed)
 
 
