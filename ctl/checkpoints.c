@@ -166,7 +166,8 @@ int resume_run(ctl *x, const char *token)
     char *f[4] = {NULL}, *save = NULL;
     int nf = 0;
     if (strncmp(buf, TOKEN_PREFIX, pl) == 0) {
-        for (char *t = strtok_r(buf + pl, "/", &save); t && nf < 5; t = strtok_r(NULL, "/", &save)) {
+        for (char *t = strtok_r(buf + pl, "/", &save); t && nf < 5;
+             t = strtok_r(NULL, "/", &save)) {
             if (nf < 4)
                 f[nf++] = t;
             else

@@ -155,8 +155,8 @@ sluice_err sluice_consumer_checkpoint(sluice_consumer *c, char *token, size_t le
 
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    int64_t limit = timeout_ms < 0 ? -1
-                                   : (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + timeout_ms;
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    int64_t limit = timeout_ms < 0 ? -1 : now_ms + timeout_ms;
     sluice_err e = SLUICE_OK;
     mu_lock(c);
     for (;;) {

@@ -81,7 +81,8 @@ uint64_t sluicei_batcher_dropped(const sluicei_batcher *b)
 void sluicei_shuffle_perm(uint32_t *perm, size_t n, uint64_t seed, uint32_t epoch,
                           uint64_t shard, uint64_t window)
 {
-    uint64_t st = sluicei_mix64(sluicei_mix64(sluicei_mix64(sluicei_mix64(seed) ^ epoch) ^ shard) ^ window);
+    uint64_t st = sluicei_mix64(seed) ^ epoch;
+    st = sluicei_mix64(sluicei_mix64(sluicei_mix64(st) ^ shard) ^ window);
     for (size_t i = 0; i < n; i++)
         perm[i] = (uint32_t)i;
     for (size_t i = n; i > 1; i--) {
