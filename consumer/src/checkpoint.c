@@ -20,7 +20,8 @@
 
 void ckpt_pump(sluice_consumer *c)
 {
-    if (c->state != ST_READY || c->ckpt_inflight || !c->restored || c->nunconf)
+    /* Every pump passes here: a consumer without checkpoints takes no lock. */
+    if (!c->owner[0] || c->state != ST_READY || c->ckpt_inflight || !c->restored || c->nunconf)
         return;
     mu_lock(c);
     int want = c->ckpt_state == CK_WANTED && c->nacks == 0;
