@@ -149,7 +149,7 @@ ms=$(($(now_ms) - t0))
 probe_check "delete"
 no_slow_script "delete"
 note "delete of the job's queue: $ms ms: $out"
-left=$(rcli --scan --pattern 'sluice:{big}:*' | head -n 5)
+left=$(rcli --scan --pattern 'sluice:{big}:*' | awk 'NR <= 5')
 [[ -z $left ]] || fail "delete left keys: $left"
 [[ $(rcli EXISTS "sluice:{big2}:in:0:1:1") == 1 ]] || fail "delete of 'big' removed a key of queue 'big2'"
 rcli DEL "sluice:{big2}:in:0:1:1" >/dev/null
@@ -181,5 +181,5 @@ grep -qx "job: running" <<<"$(ctl jobs half)" || fail "the later job: $(ctl jobs
 rcli SLOWLOG RESET >/dev/null
 out=$(ctl delete half) || fail "delete failed: $out"
 no_slow_script "delete of the second queue"
-[[ $(rcli DBSIZE) == 0 ]] || fail "keys left after both deletes: $(rcli --scan | head -n 10 | tr '\n' ' ')"
+[[ $(rcli DBSIZE) == 0 ]] || fail "keys left after both deletes: $(rcli --scan | awk 'NR <= 10' | tr '\n' ' ')"
 echo "ok: $TASKS tasks submitted without a slow script; a killed submit left no job; deletes left no key"

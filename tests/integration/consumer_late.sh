@@ -30,7 +30,7 @@ grep -qx 'eof epoch=0' "$T/out" || fail "no EOF of epoch 0"
 grep -qx 'eof epoch=1' "$T/out" || fail "no EOF of epoch 1"
 tail -n 1 "$T/out" | grep -qx finished || fail "the consumer did not finish: $(tail -n 3 "$T/out")"
 # Epoch order: no batch of epoch 1 before the EOF of epoch 0.
-first1=$(grep -n '^batch 1:' "$T/out" | head -n 1 | cut -d: -f1)
+first1=$(grep -m 1 -n '^batch 1:' "$T/out" | cut -d: -f1)
 eof0=$(grep -n '^eof epoch=0' "$T/out" | cut -d: -f1)
 ((eof0 < first1)) || fail "a batch of epoch 1 came before the EOF of epoch 0"
 echo "ok: a late consumer read both ended epochs (20 batches) and finished"

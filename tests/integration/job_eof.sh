@@ -49,7 +49,7 @@ for k in 1 2 3; do
         fail "consumer $k: epoch ends out of order: $(grep -v '^id ' "$f" | paste -sd' ')"
     # Line numbers: the end of epoch 0 separates the two epochs' batches.
     eof0=$(grep -nx 'eof epoch=0' "$f" | cut -d: -f1)
-    first1=$(grep -n '^id 1:' "$f" | head -n 1 | cut -d: -f1)
+    first1=$(grep -m 1 -n '^id 1:' "$f" | cut -d: -f1)
     last0=$(grep -n '^id 0:' "$f" | tail -n 1 | cut -d: -f1)
     [[ -z $first1 ]] || ((first1 > eof0)) ||
         fail "consumer $k got batch $(sed -n "${first1}p" "$f") before its end of epoch 0"

@@ -94,7 +94,7 @@ scrape() { "$PY" "$T/prom.py" "$1" || fail "scrape of $1 failed"; }
 # val TEXT PREFIX [SUBSTRING]: the value of the first sample line that
 # starts with PREFIX (and contains SUBSTRING); empty when none.
 val() {
-    printf '%s\n' "$1" | awk -v p="$2" -v s="${3:-}" 'index($0, p) == 1 && (s == "" || index($0, s)) { print $NF; exit }'
+    printf '%s\n' "$1" | awk -v p="$2" -v s="${3:-}" 'index($0, p) == 1 && (s == "" || index($0, s)) && !n++ { print $NF }'
 }
 # gt A B: A > B as numbers.
 gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 > b + 0) }'; }

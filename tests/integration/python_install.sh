@@ -47,7 +47,7 @@ q=pyinst
 
 mkdir -p "$T/elsewhere"
 env=(env -i PATH=/usr/bin:/bin HOME="$T" PYTHONPATH="$pydir")
-asan=$(ldd "$prefix/lib/libsluice.so.$major" 2>/dev/null | awk '/libasan/ { print $3; exit }')
+asan=$(ldd "$prefix/lib/libsluice.so.$major" 2>/dev/null | awk '/libasan/ && !n++ { print $3 }')
 [[ -z $asan ]] || env+=("LD_PRELOAD=$asan" "ASAN_OPTIONS=detect_leaks=0")
 out=$(cd "$T/elsewhere" && "${env[@]}" "$PY" - "$REDIS_URL" "$q" 2>&1 <<'PYEOF'
 import os, sys

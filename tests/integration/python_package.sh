@@ -21,7 +21,7 @@ major=$(sed -n 's/^#define SLUICE_VERSION_MAJOR \([0-9]*\)$/\1/p' "$ROOT/common/
 
 # A library built with ASan (make asan) needs its runtime preloaded in
 # Python (as tests/lib/python.sh does); pip itself runs without it.
-asan=$(ldd "$so" 2>/dev/null | awk '/libasan/ { print $3; exit }')
+asan=$(ldd "$so" 2>/dev/null | awk '/libasan/ && !n++ { print $3 }')
 # clean CMD...: CMD in an environment of nothing but PATH and HOME (no
 # PYTHONPATH, SLUICE_LIB or LD_LIBRARY_PATH of the caller), from outside
 # the source tree. Extra VAR=value words may come first.

@@ -31,7 +31,7 @@ need_bin sluice-ctl sluice-producer
 # it: else ASan's __cxa_throw finds no real one, and torch's C++
 # exceptions (gloo's, when a rank dies) abort the process.
 if [[ -n $_py_asan ]]; then
-    stdcxx=$(/sbin/ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ { print $NF; exit }')
+    stdcxx=$(/sbin/ldconfig -p | awk '/libstdc\+\+\.so\.6 .*x86-64/ && !n++ { print $NF }')
     export LD_PRELOAD=$_py_asan${stdcxx:+:$stdcxx}${LD_PRELOAD:+:$LD_PRELOAD}
     export ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
 fi

@@ -150,7 +150,7 @@ gen() {
 # preload list, and Python then runs without leak detection (as PYCMD).
 skew_env() {
     local asan
-    asan=$(ldd "$BUILD/libsluice.so" 2>/dev/null | awk '/libasan/ { print $3; exit }')
+    asan=$(ldd "$BUILD/libsluice.so" 2>/dev/null | awk '/libasan/ && !n++ { print $3 }')
     SKEW=(env "SLUICE_SKEW_MS=$1" "LD_PRELOAD=${asan:+$asan:}$BUILD/libskew.so")
     [[ -z $asan ]] || SKEW+=("ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}")
 }

@@ -10,7 +10,7 @@ export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
 export SLUICE_LIB=$BUILD/libsluice.so
 [[ -f $SLUICE_LIB ]] || fail "$SLUICE_LIB is not built (make all)"
 PYCMD=("$PY")
-_py_asan=$(ldd "$SLUICE_LIB" 2>/dev/null | awk '/libasan/ { print $3; exit }')
+_py_asan=$(ldd "$SLUICE_LIB" 2>/dev/null | awk '/libasan/ && !n++ { print $3 }')
 if [[ -n $_py_asan ]]; then
     PYCMD=(env "LD_PRELOAD=$_py_asan${LD_PRELOAD:+:$LD_PRELOAD}"
            "ASAN_OPTIONS=detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}" "$PY")
