@@ -229,7 +229,7 @@ static int delete_partitions(ctl *x, int lo, int hi)
         redisReply *r = NULL;
         sluice_err e = delete_one(x, ctl_pname(x, p), &keys, &r);
         if (e != SLUICE_OK) {
-            ctl_script_failed(x, ctl_pname(x, p), e, &r, 0);
+            ctl_script_failed(x, SLUICEI_SCRIPT_DELETE, ctl_pname(x, p), e, &r, 0);
             left++;
         }
     }
@@ -321,7 +321,7 @@ static int delete_partitions_all(ctl *x)
         }
         if (e != SLUICE_OK) {
             if (r)
-                ctl_script_failed(x, ctl_pname(x, p), e, &r, 0);
+                ctl_script_failed(x, SLUICEI_SCRIPT_DELETE, ctl_pname(x, p), e, &r, 0);
             fprintf(stderr, "sluice-ctl: queue '%s' is deleted only in part: run the delete "
                     "again to finish it\n", x->q);
             return SLUICEI_EXIT_RUNTIME;

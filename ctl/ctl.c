@@ -108,7 +108,7 @@ sluice_err ctl_script_call(ctl *x, sluicei_script_id id, const char *q, size_t a
         free(al);
         return SLUICE_ERR_NOMEM;
     }
-    sluicei_key(key, q, "meta");
+    sluicei_key(key, q, sluicei_script_anchor(id, (int)argc, argv));
     av[0] = "EVAL";
     av[1] = sluicei_script_source(id);
     av[2] = "1";
@@ -150,11 +150,15 @@ void ctl_print_noqueue(const ctl *x, const char *q)
                 "%s)\n", q, q);
 }
 
-int ctl_script_failed(ctl *x, const char *q, sluice_err e, redisReply **out, size_t argc)
+int ctl_script_failed(ctl *x, sluicei_script_id id, const char *q, sluice_err e,
+                      redisReply **out, size_t argc)
 {
     char what[PART_NAME_MAX + 32], detail[1024];
     snprintf(what, sizeof what, "queue '%s'", q);
-    if (e == SLUICE_ERR_NOQUEUE) {
+    if (e == SLUICE_ERR_AUTH && *out) {
+        sluicei_script_denied(detail, sizeof detail, id, 0, NULL, x->q, (*out)->str);
+        fprintf(stderr, "sluice-ctl: %s: %s\n", what, detail);
+    } else if (e == SLUICE_ERR_NOQUEUE) {
         ctl_print_noqueue(x, q);
     } else if (e == SLUICE_ERR_EXISTS && *out && strstr((*out)->str, "JOBEXISTS")) {
         fprintf(stderr, "sluice-ctl: queue '%s': %s\n", q, ctl_error_text(*out, "JOBEXISTS"));
@@ -180,7 +184,7 @@ int ctl_run_script(ctl *x, sluicei_script_id id, const char *q, size_t argc, con
                    redisReply **out)
 {
     sluice_err e = ctl_script_call(x, id, q, argc, argv, out);
-    return e == SLUICE_OK ? 0 : ctl_script_failed(x, q, e, out, argc);
+    return e == SLUICE_OK ? 0 : ctl_script_failed(x, id, q, e, out, argc);
 }
 
 redisReply *ctl_must(ctl *x, const char *q, int argc, const char **argv)

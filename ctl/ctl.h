@@ -72,7 +72,8 @@ sluice_err ctl_script_call(ctl *x, sluicei_script_id id, const char *q, size_t a
 /* Prints one line naming the queue and what failed for a script that
  * returned e (*out: its error reply, or NULL; freed and set to NULL).
  * Returns SLUICEI_EXIT_RUNTIME. */
-int ctl_script_failed(ctl *x, const char *q, sluice_err e, redisReply **out, size_t argc);
+int ctl_script_failed(ctl *x, sluicei_script_id id, const char *q, sluice_err e,
+                      redisReply **out, size_t argc);
 
 /* Runs a script; on failure prints one line naming the queue and returns
  * non-zero. On success *out holds the reply (the caller frees it). */

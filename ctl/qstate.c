@@ -298,22 +298,23 @@ static int read_peers(ctl *x, qinfo *in, const redisReply *h, int producers)
 }
 
 /* The hashes read once and gone through (qinfo_read). */
-enum { H_META, H_STATS, H_JOB, H_ESTATS, H_EDONE, H_EOF, H_TERR, H_TATTEMPTS, H_TOWNER,
-       H_PRODUCERS, H_CONSUMERS, H_CRANK, H_COUNT };
+enum { H_META, H_STATS, H_JOB, H_JRUN, H_ESTATS, H_EDONE, H_EOF, H_TERR, H_TATTEMPTS,
+       H_TOWNER, H_PRODUCERS, H_CONSUMERS, H_CRANK, H_COUNT };
 
 static const char *const hash_names[H_COUNT] = {
-    "meta", "stats", "job", "estats", "edone", "eof", "terr", "tattempts", "towner",
+    "meta", "stats", "job", "jrun", "estats", "edone", "eof", "terr", "tattempts", "towner",
     "producers", "consumers", "crank",
 };
 
-/* The job hash's fields. Returns 0 or -1 (out of memory). */
-static int read_job(job_info *j, const redisReply *h)
+/* The fields of the job hash h and of its progress, r (jrun). Returns 0 or
+ * -1 (out of memory). */
+static int read_job(job_info *j, const redisReply *h, const redisReply *r)
 {
     int oom = 0;
     j->present = h->elements > 0;
-    j->state = dup_or_null(hget(h, "state"), &oom);
+    j->state = dup_or_null(hget(r, "state"), &oom);
     j->seed = dup_or_null(hget(h, "seed"), &oom);
-    j->epoch_open = hnum(h, "epoch_open");
+    j->epoch_open = hnum(r, "epoch_open");
     j->batch_size = hnum(h, "batch_size");
     j->max_attempts = hnum(h, "max_attempts");
     j->ntasks = hnum(h, "ntasks");
@@ -445,7 +446,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
                                                 : SLUICE_LEASE_MS_DEFAULT;
     in->max_batches = hnum(h[H_META], "max_batches");
     in->max_bytes = hnum(h[H_META], "max_bytes");
-    in->waiting = hnum(h[H_JOB], "twaiting");
+    in->waiting = hnum(h[H_JRUN], "twaiting");
     /* Without a job the queue has one epoch, 0, that never ends. */
     in->epochs = h[H_JOB]->elements ? hnum(h[H_JOB], "epochs") : 1;
     if (in->epochs < 1)
@@ -459,7 +460,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     }
     if (fields_of_reply(&in->meta, h[H_META]) || fields_of_reply(&in->stats, h[H_STATS]) ||
         fields_of_reply(&in->towner, h[H_TOWNER]) || fields_of_reply(&in->crank, h[H_CRANK]) ||
-        read_job(&in->job, h[H_JOB]) || read_failed(in, failed, h)) {
+        read_job(&in->job, h[H_JOB], h[H_JRUN]) || read_failed(in, failed, h)) {
         out_of_memory();
         goto out;
     }

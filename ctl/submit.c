@@ -140,7 +140,7 @@ static int submit_step(ctl *x, int p, const char *op, const char *token, size_t 
         return SLUICEI_EXIT_RUNTIME;
     }
     if (e != SLUICE_OK)
-        return ctl_script_failed(x, ctl_pname(x, p), e, &r, 2 + n);
+        return ctl_script_failed(x, SLUICEI_SCRIPT_SUBMIT, ctl_pname(x, p), e, &r, 2 + n);
     if (result)
         *result = ctl_reply_num(r);
     freeReplyObject(r);

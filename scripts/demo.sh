@@ -160,7 +160,7 @@ snapshot() {
     local cids c
     cids=$(redis_tmp_cli HKEYS "$K:consumers" 2>/dev/null) || return 0
     {
-        printf 'HMGET %s:job epoch_open state epochs\n' "$K"
+        printf 'HMGET %s:jrun epoch_open state epochs\n' "$K"
         printf 'HMGET %s:stats acked acked_bytes\n' "$K"
         printf 'HLEN %s:dlv\nGET %s:bytes\n' "$K" "$K"
         for c in $cids; do printf 'HGET %s:cstats:%s blocked_us\n' "$K" "$c"; done

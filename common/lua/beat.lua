@@ -25,4 +25,4 @@ local ps = redis.call('HGETALL', pre .. 'producers')
 for i = 2, #ps, 2 do
   if now - tonumber(ps[i]) < 5000 then alive = alive + 1 end
 end
-return {1, redis.call('HGET', job, 'state') or 'none', alive}
+return {1, redis.call('HGET', jrun, 'state') or 'none', alive}

@@ -6,8 +6,8 @@
 -- 'drop'ped or 'pad'ded. max_frame: the largest batch frame the queue
 -- admits (producers and consumers read it). The same call sent again (its
 -- reply was lost) finds its own queue by now_us and succeeds again.
-local meta = KEYS[1]
-local pre = string.sub(meta, 1, -5)
+local pre = string.match(KEYS[1], '^sluice:{[^}]*}:')   -- as in lib.lua
+local meta = pre .. 'meta'
 redis.call('EXISTS', meta, pre .. 'guard')   -- migration guard (lib.lua)
 if redis.call('EXISTS', meta) == 1 then
   if redis.call('HGET', meta, 'created_us') == ARGV[3] then return 1 end

@@ -1,8 +1,18 @@
--- Shared helpers, included by the scripts that need them. KEYS[1] is
--- "sluice:{Q}:meta"; every other key is derived from its prefix.
-local meta = KEYS[1]
-local pre = string.sub(meta, 1, -5)
+-- Shared helpers, included by the scripts that need them. KEYS[1] is a key
+-- of queue Q the caller's role may write, "sluice:{Q}:<anchor>" (meta for
+-- the admin, producers for a producer, consumers for a consumer: Redis
+-- checks the keys EVALSHA names against the caller's ACL, for reading and
+-- writing); every key is derived from its prefix "sluice:{Q}:".
+local pre = string.match(KEYS[1], '^sluice:{[^}]*}:')
+local meta = pre .. 'meta'
 local job = pre .. 'job'
+-- The job's progress (epoch_open, state, twaiting, tscan, final_pending),
+-- which producers and consumers write; job holds what the admin submitted.
+local jrun = pre .. 'jrun'
+-- Who runs the script: 'producers' for a producer, whose ACL role may
+-- create frames (b:) but neither overwrite nor delete one (docs/DEPLOY.md,
+-- "Roles"); 'consumers' or 'meta' otherwise.
+local caller = string.sub(KEYS[1], #pre + 1)
 -- Redis Cluster: while the queue's slot migrates, this fails (the guard
 -- key never exists) before the script writes anything, so a script sent
 -- again once the slot has moved never ran half. Otherwise it says whether
@@ -107,6 +117,15 @@ local function forget(id)
   return size
 end
 
+-- Forgets up to max batches of the last rounds that coordinated epochs
+-- ended by a producer dropped (epoch_end); returns how many.
+local function forget_dropped(max)
+  local ids = redis.call('LPOP', pre .. 'dropped', max)
+  if not ids then return 0 end
+  for _, id in ipairs(ids) do forget(id) end
+  return #ids
+end
+
 -- Moves a batch (or anything found where a batch id belongs) to the
 -- dead-letter list with its reason, intact; a frame is kept as deadb:<id>.
 local function dead_letter(id, reason, now)
@@ -146,7 +165,7 @@ end
 -- the first open epoch (late, its delivery count showing a redelivery).
 local function requeue_list(id, rank)
   local e = string.match(id, '^(%d+):')
-  local open = redis.call('HGET', job, 'epoch_open')
+  local open = redis.call('HGET', jrun, 'epoch_open')
   if not e then
     e = open or '0'
   elseif open and tonumber(e) < tonumber(open) - 16 then
@@ -279,10 +298,10 @@ end
 -- earlier epoch has ended.
 local post_markers
 local function final_if_drained()
-  local e = redis.call('HGET', job, 'final_pending')
+  local e = redis.call('HGET', jrun, 'final_pending')
   if e and redis.call('HLEN', pre .. 'dlv') == 0 and
-     tonumber(redis.call('HGET', job, 'epoch_open') or '0') >= tonumber(e) then
-    redis.call('HDEL', job, 'final_pending')
+     tonumber(redis.call('HGET', jrun, 'epoch_open') or '0') >= tonumber(e) then
+    redis.call('HDEL', jrun, 'final_pending')
     post_markers(e, 'eof:' .. e)
   end
 end
@@ -291,14 +310,14 @@ end
 -- epoch_open past every epoch whose end is posted.
 post_markers = function(e, marker)
   if marker then redis.call('LPUSH', ready_key(e, nil), marker) end
-  local open = tonumber(redis.call('HGET', job, 'epoch_open') or '0')
+  local open = tonumber(redis.call('HGET', jrun, 'epoch_open') or '0')
   while redis.call('HEXISTS', pre .. 'eof', open) == 1 and
-        redis.call('HGET', job, 'final_pending') ~= tostring(open) do
+        redis.call('HGET', jrun, 'final_pending') ~= tostring(open) do
     open = open + 1
   end
-  redis.call('HSET', job, 'epoch_open', open)
+  redis.call('HSET', jrun, 'epoch_open', open)
   if open >= tonumber(redis.call('HGET', job, 'epochs')) then
-    redis.call('HSET', job, 'state', 'finished')
+    redis.call('HSET', jrun, 'state', 'finished')
     -- Producers waiting for a task learn at once that none will come.
     wake_task_waiters()
   else
@@ -320,7 +339,7 @@ local function epoch_end(e)
   if redis.call('HLEN', pre .. 'eof') >= tonumber(redis.call('HGET', job, 'epochs')) then
     -- Every task of every epoch is done (epochs may end out of order):
     -- producers may go.
-    redis.call('HSET', job, 'state', 'finished')
+    redis.call('HSET', jrun, 'state', 'finished')
     wake_task_waiters()
   end
   local cfg = redis.call('HMGET', meta, 'ranks', 'remainder')
@@ -335,7 +354,15 @@ local function epoch_end(e)
         local src = redis.call('LINDEX', stage, -1 - (k % left))
         k = k + 1
         local pad = src .. ':pad' .. k
-        redis.call('COPY', pre .. 'b:' .. src, pre .. 'b:' .. pad)
+        if caller == 'producers' then
+          -- A producer creates frames through in: keys only (push); the
+          -- copy passes through Lua, for at most ranks - 1 batches an epoch.
+          local tmp = pre .. 'in:' .. pad
+          redis.call('SET', tmp, redis.call('GET', pre .. 'b:' .. src))
+          if redis.call('RENAMENX', tmp, pre .. 'b:' .. pad) == 0 then redis.call('DEL', tmp) end
+        else
+          redis.call('COPY', pre .. 'b:' .. src, pre .. 'b:' .. pad)
+        end
         redis.call('HSET', pre .. 'dlv', pad, '0')
         redis.call('INCRBY', pre .. 'bytes', redis.call('STRLEN', pre .. 'b:' .. pad))
         redis.call('LPUSH', stage, pad)
@@ -345,10 +372,15 @@ local function epoch_end(e)
         redis.call('LMOVE', stage, ready_key(e, r), 'RIGHT', 'LEFT')
       end
     elseif left > 0 then
-      for _, id in ipairs(redis.call('LRANGE', stage, 0, -1)) do
-        forget(id)
-        redis.call('HINCRBY', pre .. 'estats', e .. ':dropped', '1')
+      local ids = redis.call('LRANGE', stage, 0, -1)
+      if caller == 'producers' then
+        -- A producer may not delete frames: the next reap of a consumer
+        -- (or the next submit) forgets them (forget_dropped).
+        redis.call('RPUSH', pre .. 'dropped', unpack(ids))
+      else
+        for _, id in ipairs(ids) do forget(id) end
       end
+      redis.call('HINCRBY', pre .. 'estats', e .. ':dropped', #ids)
       redis.call('DEL', stage)
     end
     for r = 0, n - 1 do redis.call('LPUSH', ready_key(e, r), marker) end
@@ -357,12 +389,12 @@ local function epoch_end(e)
   end
   if tonumber(e) == tonumber(redis.call('HGET', job, 'epochs')) - 1 then
     if redis.call('HLEN', pre .. 'dlv') > 0 or
-       tonumber(redis.call('HGET', job, 'epoch_open') or '0') < tonumber(e) then
+       tonumber(redis.call('HGET', jrun, 'epoch_open') or '0') < tonumber(e) then
       -- The job's last end waits for every batch to be acknowledged: a
       -- consumer that dies holding some hands them back after its lease,
       -- and no epoch would follow to deliver them in. ack, dead, reap and
       -- requeue post it once nothing is held (final_if_drained).
-      redis.call('HSET', job, 'final_pending', e)
+      redis.call('HSET', jrun, 'final_pending', e)
       return
     end
   end
@@ -394,9 +426,9 @@ local function task_failed(t, err, counted, resume)
     epoch_end(e)
   else
     redis.call('LPUSH', tasks_key(e), t)
-    redis.call('HINCRBY', job, 'twaiting', 1)
-    if tonumber(e) < tonumber(redis.call('HGET', job, 'tscan') or '0') then
-      redis.call('HSET', job, 'tscan', e)
+    redis.call('HINCRBY', jrun, 'twaiting', 1)
+    if tonumber(e) < tonumber(redis.call('HGET', jrun, 'tscan') or '0') then
+      redis.call('HSET', jrun, 'tscan', e)
     end
   end
   wake_task_waiters()

@@ -13,8 +13,8 @@
 -- valid_id (lib.lua), which take and claim rely on. A batch of an epoch
 -- whose end is posted already goes to the first epoch still open (it is
 -- late; see requeue_list in lib.lua).
-local meta = KEYS[1]
-local pre = string.sub(meta, 1, -5)
+local pre = string.match(KEYS[1], '^sluice:{[^}]*}:')   -- as in lib.lua
+local meta = pre .. 'meta'
 redis.call('EXISTS', meta, pre .. 'guard')   -- migration guard (lib.lua)
 local e, t = ARGV[1], ARGV[2]
 local n = #ARGV - 2
@@ -61,24 +61,17 @@ local held = redis.call('HMGET', dlv, unpack(ids))
 local bm = pre .. 'acked:' .. e .. ':' .. t
 local acked = redis.call('BITFIELD_RO', bm, unpack(get))
 -- A consumer restored these after Redis lost its last writes (restore):
--- 'acked' is a duplicate, 'held' was delivered once already.
+-- 'held' was delivered once already.
 local redo = {}
 if redis.call('EXISTS', pre .. 'redo') == 1 then
   redo = redis.call('HMGET', pre .. 'redo', unpack(ids))
   for k = 1, n do
-    if redo[k] then
-      redis.call('HDEL', pre .. 'redo', ids[k])
-      if redo[k] == 'acked' and not held[k] then
-        redis.call('SETBIT', bm, ARGV[k + 2], 1)
-        redis.call('SADD', pre .. 'bitmaps', bm)
-        acked[k] = 1
-      end
-    end
+    if redo[k] then redis.call('HDEL', pre .. 'redo', ids[k]) end
   end
 end
 local maxn, maxb = tonumber(m[1]), tonumber(m[2])
 local ranks = tonumber(m[3] or '0')
-local jf = redis.call('HMGET', pre .. 'job', 'epoch_open', 'epochs')
+local jf = redis.call('HMGET', pre .. 'jrun', 'epoch_open', 'epochs')
 local open = jf[1] and tonumber(jf[1])
 local frame_max = tonumber(m[4] or '67108864')
 -- The list (or coordinated stage) the batches go to: their epoch's, or
@@ -127,8 +120,13 @@ for k = 1, n do
       if not (completes or begun) and not has_room(count, used, size, maxn, maxb, ahead) then
         full = true
         out[k] = 0
+      elseif redis.call('RENAMENX', tmp[k], pre .. 'b:' .. id) == 0 then
+        -- A frame is stored under this id already (not in dlv: a queue
+        -- written by hand). RENAMENX: a producer never replaces a frame,
+        -- and its ACL role may create b: keys but not overwrite them.
+        out[k] = 2
+        dups = dups + 1
       else
-        redis.call('RENAME', tmp[k], pre .. 'b:' .. id)
         out[k] = 1
         seen[id] = true
         count, used = count + 1, used + size

@@ -2,7 +2,9 @@
 -- reap: no ARGV. Anyone may run it. Hands back the batches of every
 -- consumer whose lease ran out on the server's clock (poison batches to
 -- the dead-letter list) and returns to the waiting lists every task whose
--- lease ran out. Returns {batches handed back, tasks reaped}.
+-- lease ran out, and forgets the batches a producer dropped at the end of
+-- a coordinated epoch (lib.lua: epoch_end). Returns {batches handed back,
+-- tasks reaped}.
 --! include lib
 local nq = noqueue() if nq then return nq end
 local now = now_ms()
@@ -16,5 +18,6 @@ for i = 1, #seen, 2 do
 end
 local t = 0
 if redis.call('EXISTS', job) == 1 then t = reap_tasks(now) end
+forget_dropped(1000)
 final_if_drained()
 return {n, t}

@@ -10,9 +10,10 @@
 -- missing from the consumer's pending list (its take was lost) is taken
 -- back from its list, or, when another consumer holds it, counted so that
 -- its next delivery is flagged. An acknowledged
--- batch whose acknowledgement was lost is acknowledged again. When the
--- push of either was lost too, the batch is recorded in redo: its push,
--- redone, is dropped (acked) or stored with a delivery counted (held).
+-- batch whose acknowledgement was lost is acknowledged again, also when
+-- its push was lost too (the push, redone, is then dropped as a
+-- duplicate); a held batch whose push was lost is recorded in redo: its
+-- push, redone, is stored with a delivery counted.
 -- Returns how many batches it put back.
 --! include lib
 local nq = noqueue() if nq then return nq end
@@ -29,9 +30,9 @@ local cid = ARGV[1]
 -- have passed.
 local rid = run_id()
 if rid then
-  local known = redis.call('HGET', meta, 'run_id')
+  local known = redis.call('GET', pre .. 'runid')
   if known ~= rid then
-    redis.call('HSET', meta, 'run_id', rid)
+    redis.call('SET', pre .. 'runid', rid)
     local rec = pre .. 'recover'
     redis.call('DEL', rec)
     if known then
@@ -75,6 +76,14 @@ for i = 6, #ARGV - 1, 2 do
     local held = redis.call('HEXISTS', pre .. 'dlv', id) == 1
     if acked then
       -- Nothing was lost.
+    elseif not held and kind == 'acked' then
+      -- Its push was lost too: acknowledged again here, so that the push,
+      -- redone, is dropped as a duplicate (producers may not write the
+      -- acknowledgement record).
+      local bm = pre .. 'acked:' .. e .. ':' .. t
+      redis.call('SETBIT', bm, q, 1)
+      redis.call('SADD', pre .. 'bitmaps', bm)
+      n = n + 1
     elseif not held then
       redis.call('HSET', pre .. 'redo', id, kind)
       n = n + 1

@@ -46,14 +46,18 @@ local function left()
 end
 
 if op == 'begin' then
-  local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs', 'token')
+  local st = redis.call('HMGET', jrun, 'state', 'epoch_open')
+  local jc = redis.call('HMGET', job, 'epochs', 'token')
+  st[3], st[4] = jc[1], jc[2]
   if st[4] == tok then return 0 end   -- committed already
   if st[1] and st[1] ~= 'finished' then
     return redis.error_reply('JOBEXISTS the queue runs a job (epoch ' .. st[2] .. ' of ' ..
                              st[3] .. '); wait for it to finish or delete the queue')
   end
   -- The new job's batch ids repeat the old one's: batches of the old job
-  -- still held would make push drop the new ones as duplicates.
+  -- still held would make push drop the new ones as duplicates. (Those a
+  -- producer dropped at the end of a coordinated epoch go now.)
+  while forget_dropped(1000) > 0 do end
   local held = redis.call('HLEN', pre .. 'dlv')
   if held > 0 then
     return redis.error_reply('JOBEXISTS the previous job is finished but ' .. held ..
@@ -96,11 +100,11 @@ if op == 'commit' then
                              ' definitions and ' .. s[8] .. ' of ' .. nshards * epochs ..
                              ' tasks staged, ' .. left() .. ' old keys left')
   end
-  local st = redis.call('HGET', job, 'state')
+  local st = redis.call('HGET', jrun, 'state')
   if (st and st ~= 'finished') or redis.call('HLEN', pre .. 'dlv') > 0 then
     return redis.error_reply('JOBEXISTS the queue took another job meanwhile')
   end
-  for _, k in ipairs({'job', 'taskdef', 'tlease', 'towner', 'tattempts', 'tcrashes', 'terr',
+  for _, k in ipairs({'job', 'jrun', 'taskdef', 'tlease', 'towner', 'tattempts', 'tcrashes', 'terr',
                       'tbatches', 'tresume', 'trun', 'failed', 'edone', 'eof', 'estats',
                       'bitmaps', 'redo'}) do
     redis.call('UNLINK', pre .. k)
@@ -109,8 +113,9 @@ if op == 'commit' then
   redis.call('HSET', job, 'epochs', epochs, 'ntasks', nshards, 'batch_size', s[3],
              'seed', s[4], 'max_attempts', s[5], 'max_crashes', s[6], 'token', tok,
              'submitted_us', now * 1000,
-             'epoch_open', 0, 'state', 'running', 'twaiting', nshards * epochs, 'tscan', 0,
              'shuffle_buffer', s[9] or '0', 'drop_remainder', s[10] or '0')
+  redis.call('HSET', jrun, 'epoch_open', 0, 'state', 'running', 'twaiting', nshards * epochs,
+             'tscan', 0, 'epochs', epochs)
   redis.call('DEL', stage)
   wake_task_waiters()
   return nshards * epochs

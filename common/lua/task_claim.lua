@@ -17,8 +17,9 @@ if redis.call('EXISTS', job) == 0 then return {'nojob'} end
 redis.call('HSET', pre .. 'producers', ARGV[1], now)
 -- (Before reading the job: a reaped task lowers tscan.)
 reap_tasks(now)
-local st = redis.call('HMGET', job, 'state', 'epoch_open', 'epochs', 'twaiting', 'tscan')
-local waiting = tonumber(st[4] or '0')
+local st = redis.call('HMGET', jrun, 'state', 'epoch_open', 'twaiting', 'tscan')
+local epochs = redis.call('HGET', job, 'epochs')
+local waiting = tonumber(st[3] or '0')
 if ARGV[3] == '1' and waiting > 0 then
   local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes')
   if not has_room(redis.call('HLEN', pre .. 'dlv'),
@@ -30,21 +31,21 @@ end
 local t
 if waiting > 0 then
   -- tscan: no task waits in an epoch below it (a hand-back lowers it).
-  local e = math.max(tonumber(st[2] or '0'), tonumber(st[5] or '0'))
-  while e < tonumber(st[3]) do
+  local e = math.max(tonumber(st[2] or '0'), tonumber(st[4] or '0'))
+  while e < tonumber(epochs) do
     t = redis.call('LPOP', tasks_key(e))
     if t then break end
     e = e + 1
   end
-  redis.call('HSET', job, 'tscan', e)
+  redis.call('HSET', jrun, 'tscan', e)
 end
 if not t then
-  if redis.call('HGET', job, 'state') == 'finished' then
+  if redis.call('HGET', jrun, 'state') == 'finished' then
     return {'done', redis.call('LLEN', pre .. 'failed')}
   end
   return {'wait'}
 end
-redis.call('HINCRBY', job, 'twaiting', -1)
+redis.call('HINCRBY', jrun, 'twaiting', -1)
 redis.call('ZADD', pre .. 'tlease', now + tonumber(ARGV[2]), t)
 redis.call('HSET', pre .. 'towner', t, ARGV[1])
 -- The server the claim was made on: task_done asks for a check of the

@@ -16,7 +16,7 @@ reap_tasks(now)
 if redis.call('HGET', pre .. 'towner', t) ~= pid then return 0 end
 redis.call('ZADD', pre .. 'tlease', now + tonumber(ARGV[3]), t)
 local earlier = 0
-local st = redis.call('HMGET', job, 'epoch_open', 'twaiting', 'tscan')
+local st = redis.call('HMGET', jrun, 'epoch_open', 'twaiting', 'tscan')
 if tonumber(st[2] or '0') > 0 then
   local mine = tonumber(string.match(t, '^(%d+):'))
   local e = math.max(tonumber(st[1] or '0'), tonumber(st[3] or '0'))

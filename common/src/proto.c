@@ -11,8 +11,9 @@
 
 /* The sources live in common/lua/NAME.lua; scripts/embed-lua.sh turns them
  * into these arrays (build/common/lua_scripts.c), in enum order. Every
- * script gets KEYS[1] = "sluice:{Q}:meta" and derives the other keys from
- * its prefix, so all of them hash to the slot of {Q}.
+ * script gets KEYS[1] = "sluice:{Q}:<anchor>", a key its caller's role
+ * writes (sluicei_script_anchor()), and derives the other keys from its
+ * prefix, so all of them hash to the slot of {Q}.
  *
  * Only push, create and submit may be refused when Redis is out of memory:
  * they grow the queue, and a refused push is backpressure. Everything that
@@ -185,6 +186,45 @@ int sluicei_marker_parse(const char *s, size_t len, uint32_t *e)
     return 1;
 }
 
+const char *sluicei_script_anchor(sluicei_script_id id, int argc, const char **argv)
+{
+    switch (id) {
+    case SLUICEI_SCRIPT_CREATE:
+    case SLUICEI_SCRIPT_SUBMIT:
+    case SLUICEI_SCRIPT_DELETE:
+    case SLUICEI_SCRIPT_DEADADMIN:
+        return "meta";
+    case SLUICEI_SCRIPT_PUSH:
+    case SLUICEI_SCRIPT_TASK_CLAIM:
+    case SLUICEI_SCRIPT_TASK_RENEW:
+    case SLUICEI_SCRIPT_TASK_DONE:
+    case SLUICEI_SCRIPT_TASK_FAIL:
+    case SLUICEI_SCRIPT_TASK_CHECK:
+        return "producers";
+    case SLUICEI_SCRIPT_BEAT:
+        return argc > 0 && strcmp(argv[0], "producer") == 0 ? "producers" : "consumers";
+    default:
+        return "consumers";
+    }
+}
+
+const char *sluicei_script_role(sluicei_script_id id, int argc, const char **argv)
+{
+    const char *a = sluicei_script_anchor(id, argc, argv);
+    return strcmp(a, "meta") == 0        ? "admin"
+           : strcmp(a, "producers") == 0 ? "producer"
+                                         : "consumer";
+}
+
+void sluicei_script_denied(char *out, size_t n, sluicei_script_id id, int argc,
+                           const char **argv, const char *q, const char *why)
+{
+    const char *role = sluicei_script_role(id, argc, argv);
+    snprintf(out, n, "permission denied: Redis refused the %s script, which is the %s role's, "
+             "to this Redis user (%s); 'sluice-ctl acl %s --role %s' prints the rights of that "
+             "role", sluicei_script_name(id), role, why, q, role);
+}
+
 sluice_err sluicei_script_load(sluicei_conn *c)
 {
     return sluicei_conn_load_scripts(c);
@@ -192,7 +232,7 @@ sluice_err sluicei_script_load(sluicei_conn *c)
 
 #define MAX_SCRIPT_ARGS 32
 
-/* A script call: EVALSHA <sha> 1 sluice:{q}:meta ARGV... */
+/* A script call: EVALSHA <sha> 1 sluice:{q}:<anchor> ARGV... */
 typedef struct script_call {
     const char *av[4 + MAX_SCRIPT_ARGS];
     size_t al[4 + MAX_SCRIPT_ARGS];
@@ -206,7 +246,7 @@ static sluice_err build_call(sluicei_conn *c, sluicei_script_id id, const char *
         snprintf(c->errstr, sizeof c->errstr, "script call with %d arguments", argc);
         return SLUICE_ERR_INVALID;
     }
-    sluicei_key(k->key, q, "meta");
+    sluicei_key(k->key, q, sluicei_script_anchor(id, argc, argv));
     k->av[0] = "EVALSHA";
     k->al[0] = strlen("EVALSHA");
     k->av[1] = sluicei_lua_shas[id];
@@ -268,8 +308,9 @@ sluice_err sluicei_reply_error_code(const redisReply *r)
     };
     if (!r || r->type != REDIS_REPLY_ERROR)
         return SLUICE_OK;
-    /* A command of a script the user's ACL does not allow. */
-    if (strstr(r->str, "can't run this command"))
+    /* A command of a script the user's ACL does not allow, or a key it
+     * may not read or write. */
+    if (strstr(r->str, "can't run this command") || strstr(r->str, "can't access"))
         return SLUICE_ERR_AUTH;
     /* A script's error_reply arrives as "NOQUEUE ..." or, wrapped by the
      * script engine, "ERR ... NOQUEUE ..."; look for the code anywhere at a

@@ -95,6 +95,22 @@ const char *sluicei_script_name(sluicei_script_id id);
 /* The script called name, or SLUICEI_SCRIPT_COUNT when there is none. */
 sluicei_script_id sluicei_script_by_name(const char *name);
 
+/* The key a call of script id with the given ARGV names as KEYS[1]
+ * ("sluice:{Q}:" + this): one the role that runs the script may write, as
+ * Redis checks the keys EVALSHA names against the caller's ACL: "meta" for
+ * the admin's scripts, "producers" for a producer's, "consumers" for a
+ * consumer's (beat: by its first argument). */
+const char *sluicei_script_anchor(sluicei_script_id id, int argc, const char **argv);
+
+/* The role whose ACL (docs/DEPLOY.md, "Roles") lets it run script id
+ * with these arguments: "admin", "producer" or "consumer". */
+const char *sluicei_script_role(sluicei_script_id id, int argc, const char **argv);
+/* Writes to out the error of a script call on queue q that Redis refused
+ * for the caller's ACL (SLUICE_ERR_AUTH), naming the script, its role and
+ * Redis's reason why. */
+void sluicei_script_denied(char *out, size_t n, sluicei_script_id id, int argc,
+                           const char **argv, const char *q, const char *why);
+
 /* Runs script id on queue q with the given ARGV (EVALSHA, falling back to
  * EVAL on NOSCRIPT). Same reply/error contract as sluicei_conn_command(). */
 sluice_err sluicei_script_run(sluicei_conn *c, sluicei_script_id id, const char *q, int argc,

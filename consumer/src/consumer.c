@@ -255,8 +255,8 @@ static sluice_err register_consumer(sluice_consumer *c, setup_link *l, char *err
             if (e == SLUICE_OK)
                 e = SLUICE_ERR_PROTOCOL;
             if (e == SLUICE_ERR_AUTH)
-                snprintf(errbuf, errlen, "permission refused registering the consumer: %s",
-                         r ? r->str : "no reply");
+                sluicei_script_denied(errbuf, errlen, SLUICEI_SCRIPT_BEAT, 5, argv, c->queue,
+                                      r ? r->str : "no reply");
             else
                 link_why(l, c->queue, e, r, errbuf, errlen);
             if (r)
@@ -363,7 +363,7 @@ static sluice_err read_setup(sluice_consumer *c, const sluice_consumer_opts *o, 
         freeReplyObject(m);
     m = NULL;
     const char *mv[6] = {"HMGET", c->k_meta, "version", "ranks", "lease_ms", "max_frame"};
-    const char *jv[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
+    const char *jv[4] = {"HMGET", c->k_jrun, "epochs", "epoch_open"};
     e = link_command(l, q, &m, 6, mv);
     if (e == SLUICE_OK)
         e = link_command(l, q, &j, 4, jv);
@@ -510,8 +510,9 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
     snprintf(c->queue, sizeof c->queue, "%s", q);
     snprintf(c->id, sizeof c->id, "%s", id);
     sluicei_key(c->k_meta, c->queue, "meta");
+    sluicei_key(c->k_anchor, c->queue, "consumers");
     sluicei_key(c->k_frame, c->queue, "b:");
-    sluicei_key(c->k_job, c->queue, "job");
+    sluicei_key(c->k_jrun, c->queue, "jrun");
     sluicei_keyf(c->k_pending, c->queue, "pending:%s", c->id);
     c->world = o->world;
     c->rank = o->rank;

@@ -172,7 +172,8 @@ struct sluice_consumer {
     char queue[SLUICE_MAX_QUEUE_NAME + 1];
     char id[MAX_CONSUMER_ID + 1];
     char k_meta[SLUICE_MAX_KEY], k_pending[SLUICE_MAX_KEY], k_frame[SLUICE_MAX_KEY];
-    char k_job[SLUICE_MAX_KEY];
+    char k_anchor[SLUICE_MAX_KEY];  /* KEYS[1] of its scripts (sluicei_script_anchor()) */
+    char k_jrun[SLUICE_MAX_KEY];   /* the job's progress (epochs, epoch_open) */
     char rank_s[16];           /* "" for a free consumer */
     int world, rank;
     sluice_ack_mode ack_mode;

@@ -98,7 +98,7 @@ static int reached_marker(sluice_consumer *c)
     snprintf(field, sizeof field, "%" PRIu32 ":failed_tasks", c->loop_epoch);
     char k_estats[SLUICE_MAX_KEY];
     sluicei_key(k_estats, c->queue, "estats");
-    const char *av[4] = {"HMGET", c->k_job, "epochs", "epoch_open"};
+    const char *av[4] = {"HMGET", c->k_jrun, "epochs", "epoch_open"};
     const char *ef[3] = {"HGET", k_estats, field};
     if (send_argv(c, CONN_DATA, send_req_new(c, R_JOB, -1), 1, 4, av, NULL) != 0)
         return -1;

@@ -147,7 +147,7 @@ int send_script(sluice_consumer *c, int conn, req *q, int in_op, sluicei_script_
     av[0] = "EVALSHA";
     av[1] = sluicei_script_sha(s);
     av[2] = "1";
-    av[3] = c->k_meta;
+    av[3] = c->k_anchor;
     for (int i = 0; i < argc; i++)
         av[4 + i] = argv[i];
     for (int i = 0; i < argc + 4; i++)
@@ -235,8 +235,8 @@ int send_dead(sluice_consumer *c, const char *rid, size_t len, const char *reaso
         snprintf(t->note, sizeof t->note, "batch %s of %s: %s", idq, c->queue, reason);
     t->note_seq++;
     mu_unlock(c);
-    const char *av[7] = {"EVALSHA", sluicei_script_sha(SLUICEI_SCRIPT_DEAD), "1", c->k_meta, c->id, rid,
-                         reason};
+    const char *av[7] = {"EVALSHA", sluicei_script_sha(SLUICEI_SCRIPT_DEAD), "1", c->k_anchor,
+                         c->id, rid, reason};
     size_t lens[7];
     for (int i = 0; i < 7; i++)
         lens[i] = i == 5 ? len : strlen(av[i]);

@@ -177,7 +177,7 @@ int group_spill_target(sluice_producer *g, const sluice_producer *from, size_t f
         char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY], job[SLUICE_MAX_KEY];
         sluicei_key(dlv, c->queue, "dlv");
         sluicei_key(bytes, c->queue, "bytes");
-        sluicei_key(job, c->queue, "job");
+        sluicei_key(job, c->queue, "jrun");
         const char *a_meta[4] = {"HMGET", c->meta_key, "max_batches", "max_bytes"};
         const char *a_dlv[2] = {"HLEN", dlv}, *a_bytes[2] = {"GET", bytes};
         const char *a_tasks[3] = {"HGET", job, "twaiting"};

@@ -125,7 +125,7 @@ static sluice_err build_group(sluice_producer *p, slot **m, int k)
     sluicei_req_str(q, "EVALSHA");
     sluicei_req_str(q, sluicei_script_sha(SLUICEI_SCRIPT_PUSH));
     sluicei_req_str(q, "1");
-    sluicei_req_str(q, p->meta_key);
+    sluicei_req_str(q, p->anchor_key);
     sluicei_req_u64(q, m[0]->id.epoch);
     sluicei_req_u64(q, m[0]->id.task);
     for (int i = 0; i < k; i++)

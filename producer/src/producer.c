@@ -64,6 +64,7 @@ sluice_err producer_new(sluice_producer **out, const sluice_producer_opts *o,
     snprintf(p->queue, sizeof p->queue, "%s", q);
     sluicei_key(p->room_key, p->queue, "room");
     sluicei_key(p->meta_key, p->queue, "meta");
+    sluicei_key(p->anchor_key, p->queue, "producers");
     sluicei_key(p->in_prefix, p->queue, "in:");
     sluicei_key(p->task_wake_key, p->queue, "task_wake");
     snprintf(p->id, sizeof p->id, "%s", id);

@@ -107,6 +107,7 @@ struct sluice_producer {
     char queue[QUEUE_NAME_MAX];
     char room_key[SLUICE_MAX_KEY];
     char meta_key[SLUICE_MAX_KEY];
+    char anchor_key[SLUICE_MAX_KEY];  /* KEYS[1] of the push (sluicei_script_anchor()) */
     char in_prefix[SLUICE_MAX_KEY];    /* "sluice:{Q}:in:" */
     char id[SLUICE_MAX_PRODUCER_ID + 1];
     int reconnect_timeout_ms;

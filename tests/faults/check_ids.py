@@ -216,7 +216,7 @@ def main():
         fails.append("%d dead letters: %s" % (len(unexplained), [
             "%s (%s)" % (i, (r.hget(pre + "deadinfo", i) or b"?").decode())
             for i in unexplained][:5]))
-    state = r.hget(pre + "job", "state")
+    state = r.hget(pre + "jrun", "state")
     if state != b"finished":
         fails.append("job state %r, not finished" % state)
 

@@ -133,7 +133,7 @@ open_io_error() {
     ((redis_restarts)) &&
         grep -qiE 'closed the connection|connection refused|connection reset|LOADING' "$1"
 }
-finished() { [[ $(rcli HGET "sluice:{$q}:job" state 2>/dev/null) == finished ]]; }
+finished() { [[ $(rcli HGET "sluice:{$q}:jrun" state 2>/dev/null) == finished ]]; }
 ids_of() { grep -c '^id ' "$1" || true; }
 
 # supervise: looks at every slot whose process ended by itself. A producer

@@ -88,7 +88,7 @@ elif step == "after-restart":
     res = done()
     assert res == 1, "task_done after the check answered %r" % res
     assert j.r.hget(j.key("tbatches"), "0:0") == b"5", "tbatches %r" % j.r.hget(j.key("tbatches"), "0:0")
-    assert j.r.hget(j.key("job"), "state") == b"finished", "the job is not finished"
+    assert j.r.hget(j.key("jrun"), "state") == b"finished", "the job is not finished"
     print("task_done answered 2; task_check confirmed all 5 batches on the new server; task_done then 1")
 PYEOF
 }

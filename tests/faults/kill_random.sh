@@ -61,7 +61,7 @@ for s in 0 1 2 3 4 5; do start_slot "$s"; done
 
 t0=$(now_ms)
 kills_p=0 kills_c=0
-job_state() { rcli HGET "sluice:{$q}:job" state; }
+job_state() { rcli HGET "sluice:{$q}:jrun" state; }
 # At least $rounds rounds, and on until the job is finished (the end of the
 # last epoch is posted), so that kills also land near its end.
 for ((r = 1; r <= rounds || r <= 80; r++)); do

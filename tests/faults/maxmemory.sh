@@ -45,7 +45,7 @@ held=$(info_field "$q" batches)
 peak=$(rcli INFO memory | tr -d '\r' | sed -n 's/^used_memory_peak://p')
 echo "after $wait_s s: ${ooms:-0} OOM refusals, $held batches held, used_memory_peak $peak"
 (( ${ooms:-0} > 0 )) || fail "Redis never refused a push with OOM: maxmemory was not reached"
-[[ $(rcli HGET "sluice:{$q}:job" state) == running ]] || fail "the job is not running any more"
+[[ $(rcli HGET "sluice:{$q}:jrun" state) == running ]] || fail "the job is not running any more"
 [[ $(rcli LLEN "sluice:{$q}:failed") == 0 ]] || fail "a task failed at maxmemory: $(ctl info "$q")"
 grep -qi 'fail\|error' "$T/p1.err" "$T/p2.err" && note "producer messages: $(cat "$T/p1.err" "$T/p2.err")"
 

@@ -42,7 +42,7 @@ if step == "setup":
     j.task(3)
     restore("A", "1")
     restore("B", "1")
-    print("A and B registered; run_id %s" % j.r.hget(j.meta, "run_id").decode())
+    print("A and B registered; run_id %s" % j.r.get(j.key("runid")).decode())
 elif step == "lost":
     got = take("B")
     ids = [got[i].decode() for i in range(0, len(got), 2)]

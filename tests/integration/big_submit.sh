@@ -104,8 +104,8 @@ probe_check "submit of $TASKS tasks"
 no_slow_script "submit"
 echo "submit of $N shards x $EPOCHS epochs: $ms ms: $out"
 [[ $out == "submitted $TASKS tasks "* ]] || fail "submit said: $out"
-[[ $(rcli HGET "sluice:{big}:job" twaiting) == "$TASKS" && $(rcli HLEN "sluice:{big}:taskdef") == "$N" ]] ||
-    fail "the job holds $(rcli HGET "sluice:{big}:job" twaiting) tasks and $(rcli HLEN "sluice:{big}:taskdef") definitions"
+[[ $(rcli HGET "sluice:{big}:jrun" twaiting) == "$TASKS" && $(rcli HLEN "sluice:{big}:taskdef") == "$N" ]] ||
+    fail "the job holds $(rcli HGET "sluice:{big}:jrun" twaiting) tasks and $(rcli HLEN "sluice:{big}:taskdef") definitions"
 
 # ---- all or nothing ------------------------------------------------------------
 ctl create half --max-batches 10 --max-bytes 64M >/dev/null

@@ -61,7 +61,7 @@ add c3
 
 # The reaper, 20 s ahead, runs while the job does.
 t0=$(now_ms) reaps=0
-job_state() { rcli HGET "sluice:{$q}:job" state; }
+job_state() { rcli HGET "sluice:{$q}:jrun" state; }
 while [[ $(job_state) != finished ]]; do
     (( $(now_ms) - t0 < 60000 )) || fail "the job did not finish within 60 s: $(ctl info "$q")"
     skewed 20000 "$BUILD/sluice-ctl" --redis "$REDIS_URL" reap "$q" >/dev/null ||

@@ -20,7 +20,7 @@ for _ in range(4):
     print(j.task(5)[0])
 PYEOF
     fail "could not produce the job"
-[[ $(redis_tmp_cli HGET "sluice:{$q}:job" state) == finished ]] || fail "the job did not finish producing"
+[[ $(redis_tmp_cli HGET "sluice:{$q}:jrun" state) == finished ]] || fail "the job did not finish producing"
 
 "$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" --quiet --timeout-ms 5000 >"$T/out" ||
     fail "sluice-consume exit $?: $(cat "$T/out")"

@@ -199,9 +199,10 @@ ctl create pq2 --max-batches 4 --max-bytes 1M --partitions 4 >/dev/null || fail 
 expect 1 "4 partitions.*3 shards" "$BUILD/sluice-ctl" --redis "$REDIS_URL" submit pq2 --manifest "$T/three.manifest" "${S[@]}"
 # A job running in one partition only (left by hand) stops the whole submit
 # before any partition is written.
-rcli HSET 'sluice:{pq2#3}:job' state running epoch_open 0 epochs 1 >/dev/null
+rcli HSET 'sluice:{pq2#3}:jrun' state running epoch_open 0 epochs 1 >/dev/null
+rcli HSET 'sluice:{pq2#3}:job' epochs 1 >/dev/null
 expect 1 "runs a job.*partition 3" "$BUILD/sluice-ctl" --redis "$REDIS_URL" submit pq2 --manifest "$T/six.manifest" "${S[@]}"
-rcli DEL 'sluice:{pq2#3}:job' >/dev/null
+rcli DEL 'sluice:{pq2#3}:job' 'sluice:{pq2#3}:jrun' >/dev/null
 
 # ---- 3. dead, reap, delete -----------------------------------------------------------
 note "dead, reap, delete"

@@ -80,7 +80,7 @@ run_case() {
         [[ $(rcli LLEN "sluice:{$q}:tasks:$e") == 0 ]] || fail "$sig: a task of epoch $e waits"
     done
     [[ $(rcli ZCARD "sluice:{$q}:tlease") == 3 ]] || fail "$sig: tlease: $(rcli ZRANGE "sluice:{$q}:tlease" 0 -1)"
-    [[ $(rcli HGET "sluice:{$q}:job" epoch_open) == 0 ]] || fail "$sig: epoch 0 is not open"
+    [[ $(rcli HGET "sluice:{$q}:jrun" epoch_open) == 0 ]] || fail "$sig: epoch 0 is not open"
     [[ $(rcli LLEN "sluice:{$q}:ready:1") == 6 && $(rcli LLEN "sluice:{$q}:ready:2") == 0 ]] ||
         fail "$sig: P1 or P2 got room: ready:1 $(rcli LLEN "sluice:{$q}:ready:1"), ready:2 $(rcli LLEN "sluice:{$q}:ready:2")"
     kill -0 "$p0" 2>/dev/null || fail "$sig: P0 ended: $(cat "$T/$sig-p0.err")"

@@ -88,7 +88,7 @@ for f in ("batches", "bytes", "redelivered", "duplicates", "invalid", "epoch"):
     check("consumer " + f, c["stats"][f], int(cs[f]))
 check("consumer pending", c["pending"], r.llen(k("pending:" + c["id"])))
 j = s["job"]
-check("job state", j["state"], r.hget(k("job"), "state"))
+check("job state", j["state"], r.hget(k("jrun"), "state"))
 check("tasks total", j["tasks"]["total"], 6)
 check("tasks failed", j["tasks"]["failed"], r.llen(k("failed")))
 check("epochs", [e["epoch"] for e in j["per_epoch"]], [0, 1])
