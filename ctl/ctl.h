@@ -229,6 +229,11 @@ void info_json_partitions(json_writer *w, const qview *v);
 int dead_run(ctl *x, const char *action);
 /* checkpoints.c: the consumers' checkpoints; resuming one. */
 int checkpoints_run(ctl *x, int json);
+
+/* acl.c: the ACL SETUSER line (aclfile: the ACL file's "user" line) of a
+ * least-privilege Redis user for role ("producer", "consumer", "admin") on
+ * the queue; user NULL: "sluice-Q-ROLE". */
+int acl_run(ctl *x, const char *role, const char *user, int aclfile);
 int resume_run(ctl *x, const char *token);
 int reap_run(ctl *x);
 

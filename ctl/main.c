@@ -5,6 +5,7 @@
  * connects. The commands live in create.c, submit.c, info.c, stat.c and
  * export.c; ctl.c reaches the queue's nodes; qstate.c reads its state. */
 #include "ctl.h"
+#include "num.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -110,6 +111,18 @@ static const char usage_text[] =
     "  resume Q TOKEN       give back what the checkpoint's rank (or consumer)\n"
     "                       acknowledged after it, as a consumer opened with the\n"
     "                       token would; refused while a consumer of it is alive\n"
+    "  acl Q --role producer|consumer|admin [--user NAME] [--partitions P]\n"
+    "         [--aclfile]\n"
+    "                       print the ACL SETUSER line of a least-privilege Redis\n"
+    "                       user for that role on queue Q (every partition):\n"
+    "                       admin creates, submits, deletes, resumes; producer\n"
+    "                       claims and renews tasks, pushes; consumer takes,\n"
+    "                       acknowledges, checkpoints. NAME defaults to\n"
+    "                       sluice-Q-ROLE; no password is set (add one: ACL\n"
+    "                       SETUSER NAME >password). Reads Q's partitions from\n"
+    "                       Redis, or takes them from --partitions (1: a plain\n"
+    "                       queue; then no Redis is needed). --aclfile: the\n"
+    "                       line for an ACL file (user NAME ...)\n"
     "  script NAME          print the Lua source of a protocol script\n"
     "                       (create delete push take claim ack requeue reap beat\n"
     "                       dead deadadmin restore submit task_claim task_renew\n"
@@ -147,7 +160,8 @@ static const char usage_text[] =
     "running, a malformed or unreadable manifest: FILE:LINE says where), 2 usage\n"
     "error\n";
 
-#define COMMANDS "create, delete, info, jobs, stat, metrics, submit, dead, reap, checkpoints, resume, script"
+#define COMMANDS "create, delete, info, jobs, stat, metrics, submit, dead, reap, checkpoints, " \
+                 "resume, acl, script"
 
 /* How long a command is sent again after a lost connection or a redirect
  * (a list of servers, a cluster): long enough for a failover. A live view
@@ -198,7 +212,7 @@ int main(int argc, char **argv)
 
     static const char *const known[] = {"create", "delete", "info", "jobs", "stat",
                                         "metrics", "submit", "dead", "reap",
-                                        "checkpoints", "resume"};
+                                        "checkpoints", "resume", "acl"};
     size_t ki = 0;
     while (ki < sizeof known / sizeof known[0] && strcmp(cmd, known[ki]) != 0)
         ki++;
@@ -217,6 +231,9 @@ int main(int argc, char **argv)
     int json = 0;
     const char *dead_action = NULL;
     const char *resume_token = NULL;
+    const char *acl_role = NULL, *acl_user = NULL;
+    int64_t acl_parts = -1;
+    int acl_file = 0;
     stat_opts sto;
     const char *metrics_addr = NULL;
     long long metrics_interval = 0;
@@ -245,6 +262,28 @@ int main(int argc, char **argv)
                 json = 1;
             } else if (!strcmp(cmd, "resume") && !resume_token && a[0] != '-') {
                 resume_token = a;
+            } else if (!strcmp(cmd, "acl") && (!strcmp(a, "--role") || !strcmp(a, "--user") ||
+                                                !strcmp(a, "--partitions"))) {
+                if (optind + 1 >= argc)
+                    return sluicei_usage_error("acl: %s needs a value", a);
+                const char *v = argv[++optind];
+                if (!strcmp(a, "--role")) {
+                    if (strcmp(v, "producer") && strcmp(v, "consumer") && strcmp(v, "admin"))
+                        return sluicei_usage_error("acl: --role '%s': one of producer, consumer, "
+                                                   "admin", v);
+                    acl_role = v;
+                } else if (!strcmp(a, "--user")) {
+                    if (!v[0] || strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789_.-@#:") != strlen(v) || strlen(v) > 128)
+                        return sluicei_usage_error("acl: --user '%s': 1-128 characters of A-Z "
+                                                   "a-z 0-9 _ . - @ # :", v);
+                    acl_user = v;
+                } else if (sluicei_parse_i64(v, 1, 1024, &acl_parts) != 0) {
+                    return sluicei_usage_error("acl: --partitions '%s': a number from 1 (a plain "
+                                               "queue) to 1024", v);
+                }
+            } else if (!strcmp(cmd, "acl") && !strcmp(a, "--aclfile")) {
+                acl_file = 1;
             } else if (!strcmp(cmd, "dead") && (!strcmp(a, "--requeue") || !strcmp(a, "--purge"))) {
                 if (dead_action)
                     return sluicei_usage_error("%s", "dead: --requeue and --purge exclude each "
@@ -256,6 +295,17 @@ int main(int argc, char **argv)
         }
     }
 
+    if (strcmp(cmd, "acl") == 0 && !acl_role)
+        return sluicei_usage_error("%s", "acl: which role? (--role producer, consumer or admin)");
+    /* Given the partitions, acl needs no Redis. */
+    if (strcmp(cmd, "acl") == 0 && acl_parts > 0) {
+        ctl x = {.q = q};
+        int rc = ctl_set_partitions(&x, acl_parts > 1 ? (int)acl_parts : 0)
+                     ? SLUICEI_EXIT_RUNTIME
+                     : acl_run(&x, acl_role, acl_user, acl_file);
+        free(x.names);
+        return rc;
+    }
     if (strcmp(cmd, "resume") == 0 && !resume_token)
         return sluicei_usage_error("%s", "resume: which checkpoint? (its token: sluice-ctl "
                                    "checkpoints Q lists them)");
@@ -309,6 +359,8 @@ int main(int argc, char **argv)
         rc = checkpoints_run(&x, json);
     else if (strcmp(cmd, "resume") == 0)
         rc = resume_run(&x, resume_token);
+    else if (strcmp(cmd, "acl") == 0)
+        rc = acl_run(&x, acl_role, acl_user, acl_file);
     else if (strcmp(cmd, "stat") == 0)
         rc = stat_run(&x, &sto);
     else if (strcmp(cmd, "metrics") == 0)
