@@ -3,17 +3,25 @@
  * (url.h). */
 #include "url.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #define DEFAULT_PORT 6379
 #define MAX_DB 1000000
 /* Most replicas a "?wait=N" may ask for. */
 #define MAX_WAIT 16
 #define PASSWORD_ENV "SLUICE_REDIS_PASSWORD"
+#define PASSWORD_FILE_ENV "SLUICE_REDIS_PASSWORD_FILE"
+/* The longest password file read (Redis itself takes any length; a secret
+ * file is a line). */
+#define PASSWORD_FILE_MAX 4096
 #define QUOTE_MAX SLUICEI_QUOTE_MAX
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -381,7 +389,7 @@ static sluice_err parse_unix(const char *r, sluicei_url *u, char *err, size_t er
         size_t al = strcspn(r, "/?");
         if (memchr(r, '@', al))
             seterr(err, errlen, "unix URL: no user or password in a unix URL (set "
-                                PASSWORD_ENV ")");
+                                PASSWORD_ENV " or " PASSWORD_FILE_ENV ")");
         else
             seterr(err, errlen, "unix URL: socket path '%s' is not absolute (use "
                                 "unix:///path/to/redis.sock)", quote(q, sizeof q, r, pl));
@@ -436,6 +444,94 @@ static sluice_err parse_unix(const char *r, sluicei_url *u, char *err, size_t er
     return SLUICE_OK;
 }
 
+/* Zeroes n bytes of a secret, so that no copy stays in freed memory. */
+static void wipe(char *p, size_t n)
+{
+    volatile char *v = p;
+    while (n--)
+        *v++ = '\0';
+}
+
+/* The password the environment gives: SLUICE_REDIS_PASSWORD, or the first
+ * line of the file SLUICE_REDIS_PASSWORD_FILE names (a Docker or Kubernetes
+ * secret); *out stays NULL when neither is set. Errors name the variable
+ * and the file, never what the file holds. */
+static sluice_err env_password(char **out, char *err, size_t errlen)
+{
+    const char *env = getenv(PASSWORD_ENV), *path = getenv(PASSWORD_FILE_ENV);
+    if (env && *env && path && *path) {
+        seterr(err, errlen, "redis password: both " PASSWORD_ENV " and " PASSWORD_FILE_ENV
+                            " are set; set one");
+        return SLUICE_ERR_INVALID;
+    }
+    if (env && *env) {
+        *out = dupn(env, strlen(env));
+        if (!*out) {
+            seterr(err, errlen, "redis URL: out of memory");
+            return SLUICE_ERR_NOMEM;
+        }
+        return SLUICE_OK;
+    }
+    if (!path || !*path)
+        return SLUICE_OK;
+    char q[QUOTE_MAX];
+    quote(q, sizeof q, path, strlen(path));
+    /* Non-blocking: a FIFO named by mistake must not hang the program. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        seterr(err, errlen, PASSWORD_FILE_ENV " '%s': %s", q, strerror(errno));
+        return SLUICE_ERR_INVALID;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > PASSWORD_FILE_MAX) {
+        seterr(err, errlen, PASSWORD_FILE_ENV " '%s': not a regular file of at most %d bytes",
+               q, PASSWORD_FILE_MAX);
+        close(fd);
+        return SLUICE_ERR_INVALID;
+    }
+    char buf[PASSWORD_FILE_MAX + 2];
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, sizeof buf - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            seterr(err, errlen, PASSWORD_FILE_ENV " '%s': %s", q, strerror(errno));
+            close(fd);
+            wipe(buf, n);
+            return SLUICE_ERR_INVALID;
+        }
+        n += (size_t)r;
+        if (r == 0 || n == sizeof buf - 1)
+            break;
+    }
+    close(fd);
+    /* One line: a final "\n" (or "\r\n") is not part of the password. */
+    size_t len = n;
+    if (len && buf[len - 1] == '\n')
+        len--;
+    if (len && buf[len - 1] == '\r')
+        len--;
+    const char *why = len == 0                      ? "is empty"
+                      : memchr(buf, '\n', len)      ? "holds more than one line"
+                      : memchr(buf, '\0', len)      ? "holds a NUL byte"
+                      : n > PASSWORD_FILE_MAX        ? "is too long"
+                                                    : NULL;
+    if (why) {
+        seterr(err, errlen, PASSWORD_FILE_ENV " '%s' %s (it must hold the password on one "
+                            "line)", q, why);
+        wipe(buf, n);
+        return SLUICE_ERR_INVALID;
+    }
+    *out = dupn(buf, len);
+    wipe(buf, n);
+    if (!*out) {
+        seterr(err, errlen, "redis URL: out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    return SLUICE_OK;
+}
+
 sluice_err sluicei_url_parse(const char *s, sluicei_url *u, char *err, size_t errlen)
 {
     char q[QUOTE_MAX + 8];
@@ -467,17 +563,11 @@ sluice_err sluicei_url_parse(const char *s, sluicei_url *u, char *err, size_t er
         return SLUICE_ERR_INVALID;
     }
     if (e == SLUICE_OK && !u->password) {
-        const char *env = getenv(PASSWORD_ENV);
-        if (env && *env) {
-            u->password = dupn(env, strlen(env));
-            if (!u->password) {
-                seterr(err, errlen, "redis URL: out of memory");
-                e = SLUICE_ERR_NOMEM;
-            }
-        } else if (u->user) {
+        e = env_password(&u->password, err, errlen);
+        if (e == SLUICE_OK && !u->password && u->user) {
             /* ACL AUTH needs both; a lone user is almost surely a typo. */
             seterr(err, errlen, "redis URL: user '%s' has no password (write user:password@ "
-                                "or set " PASSWORD_ENV ")",
+                                "or set " PASSWORD_ENV " or " PASSWORD_FILE_ENV ")",
                    quote(q, sizeof q, u->user, strlen(u->user)));
             e = SLUICE_ERR_INVALID;
         }

@@ -5,8 +5,10 @@
  *   unix:///path/to/redis.sock[?db=N][&wait=N]
  * wait=N (0..16) sets wait_replicas.
  * A password in the URL wins; otherwise SLUICE_REDIS_PASSWORD is used when
- * set, so that the secret need not appear on a command line. user without
- * password is an error only if the environment gives no password either. */
+ * set, or the first line of the file SLUICE_REDIS_PASSWORD_FILE names (both
+ * set: an error), so that the secret need not appear on a command line.
+ * user without password is an error only if the environment gives no
+ * password either. */
 #ifndef SLUICE_URL_H
 #define SLUICE_URL_H
 

@@ -361,8 +361,20 @@ static redisContext *redis_open(const char *url, char *err, size_t errlen)
     } else {
         die("--redis: '%s' is not redis://... or unix://...", url);
     }
-    if (!pass && getenv("SLUICE_REDIS_PASSWORD"))
+    if (!pass && getenv("SLUICE_REDIS_PASSWORD") && *getenv("SLUICE_REDIS_PASSWORD"))
         pass = getenv("SLUICE_REDIS_PASSWORD");
+    /* Or the first line of SLUICE_REDIS_PASSWORD_FILE, as libsluice reads
+     * it (a Docker or Kubernetes secret). */
+    static char file_pass[4097];
+    const char *pf = getenv("SLUICE_REDIS_PASSWORD_FILE");
+    if (!pass && pf && *pf) {
+        FILE *f = fopen(pf, "r");
+        if (!f || !fgets(file_pass, sizeof file_pass, f))
+            die("SLUICE_REDIS_PASSWORD_FILE '%s': %s", pf, f ? "empty" : strerror(errno));
+        fclose(f);
+        file_pass[strcspn(file_pass, "\r\n")] = '\0';
+        pass = file_pass;
+    }
 
     struct timeval tv = {5, 0};
     redisContext *rc = path ? redisConnectUnixWithTimeout(path, tv)

@@ -51,7 +51,8 @@ static void usage(FILE *f)
             "                     replicas.\n"
             "                     Default: $SLUICE_REDIS_URL, else " DEFAULT_URL ".\n"
             "                     A password may come from $SLUICE_REDIS_PASSWORD instead of\n"
-            "                     the URL.\n"
+            "                     the URL, or from the file $SLUICE_REDIS_PASSWORD_FILE\n"
+            "                     names (its first line).\n"
             "  --queue Q          the queue to push into (create it with: sluice-ctl create Q)\n"
             "  --format F         files mode: input format (default tfrecord):\n");
     const sluicei_reader_format *fmt;
