@@ -24,7 +24,8 @@
 #                 SLUICE_WORLD, which belong to the queue; ends a running job),
 #                 then create it and submit.
 #   SLUICE_CTL            the sluice-ctl program (default sluice-ctl; for tests)
-# sluice-ctl itself reads SLUICE_REDIS_URL and SLUICE_REDIS_PASSWORD.
+# sluice-ctl itself reads SLUICE_REDIS_URL and SLUICE_REDIS_PASSWORD_FILE (or
+# SLUICE_REDIS_PASSWORD).
 #
 # Exit status 0 when the queue is ready with a job, 1 otherwise. When the
 # submission fails right after this run created the queue, the queue is

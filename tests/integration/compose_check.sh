@@ -2,11 +2,13 @@
 # The docker-compose deployment, checked offline (there is no Docker daemon
 # here: nothing is built or run):
 # - docker-compose.yml validates with .env.example (docker-compose config -q,
-#   and `make compose-check`), and refuses to start without REDIS_PASSWORD;
+#   and `make compose-check`) and without the password's secret file; the
+#   redis service's start refuses a missing, empty or example password and
+#   turns a real one into an ACL file that a real redis-server accepts;
 # - the resolved configuration says what docs/DEPLOY.md promises: producers
 #   scale (no container_name, no published port), Redis has AOF, noeviction,
-#   maxmemory, a password and a healthcheck that keeps it off the command
-#   line, trainers are ranks 0..N-1 of SLUICE_WORLD=N, submit is one-shot;
+#   maxmemory, a password from the secret file and a healthcheck that
+#   keep it off every command line and environment, trainers are ranks 0..N-1 of SLUICE_WORLD=N, submit is one-shot;
 # - the Dockerfile is multi-stage from debian:bookworm-slim and its final
 #   stage runs as a user that is not root, without build tools, and carries
 #   what `make install` wrote (programs, library, headers, sluice.pc, the
@@ -38,17 +40,51 @@ env -i PATH="$PATH" HOME="$T" make -s -C "$ROOT" compose-check >"$T/make.out" 2>
 dc --env-file .env.example config >"$T/config.yml" 2>"$T/dc.err" ||
     fail "docker-compose config failed: $(cat "$T/dc.err")"
 
-note "no REDIS_PASSWORD: the file validates, the redis container refuses to start"
+note "the password's secret: validates without it; the start of redis checks it"
+[[ ! -e $proj/secrets/redis_password ]] || fail "the copy holds a secret file"
+grep -q '^REDIS_PASSWORD=' "$proj/.env.example" && fail ".env.example sets REDIS_PASSWORD"
 (cd "$proj" && env -i PATH="$PATH" HOME="$T" docker-compose -f docker-compose.yml config -q) 2>"$T/dc.err" ||
-    fail "docker-compose -f docker-compose.yml config -q without an env file failed: $(cat "$T/dc.err")"
-grep -v '^REDIS_PASSWORD=' "$proj/.env.example" >"$proj/nopass.env"
-dc --env-file nopass.env config >"$T/nopass.yml" 2>"$T/dc.err" ||
-    fail "docker-compose config without REDIS_PASSWORD failed: $(cat "$T/dc.err")"
-guard=$(sed -n '/^  redis:/,/^  [a-z]/p' "$T/nopass.yml" | grep -F 'test -n "$$REDIS_PASSWORD"' || true)
-[[ -n $guard ]] || fail "the redis service does not refuse an empty REDIS_PASSWORD"
-# The guard itself: without a password it exits 1 naming the setting.
-rc=0; env -i REDIS_PASSWORD= sh -c 'test -n "$REDIS_PASSWORD" || { echo "set REDIS_PASSWORD in .env" >&2; exit 1; }; exit 0' 2>"$T/guard.err" || rc=$?
-((rc == 1)) && grep -q 'set REDIS_PASSWORD' "$T/guard.err" || fail "the guard does not refuse an empty password"
+    fail "docker-compose config -q without an env file failed: $(cat "$T/dc.err")"
+# The redis service's entrypoint script, run here with its paths in $T and
+# a stub docker-entrypoint.sh that prints what it would run.
+"$PY" - "$T/config.yml" >"$T/start.sh" <<'PYEOF' || fail "no entrypoint script in the redis service"
+import sys, yaml
+e = yaml.safe_load(open(sys.argv[1]))['services']['redis']['entrypoint']
+assert e[:2] == ['sh', '-c'], e
+print(e[2].replace('$$', '$'))
+PYEOF
+mkdir -p "$T/stub"
+printf '#!/bin/sh\necho "run: $*"\n' >"$T/stub/docker-entrypoint.sh"
+chmod +x "$T/stub/docker-entrypoint.sh"
+sed -i "s|/run/secrets/redis_password|$T/secret|g; s|/tmp/users.acl|$T/users.acl|g" "$T/start.sh"
+start() { env -i PATH="$T/stub:$PATH" sh -c "$(cat "$T/start.sh")" redis-entrypoint redis-server --appendonly yes; }
+rc=0; start >"$T/s.out" 2>"$T/s.err" || rc=$?
+((rc == 1)) && grep -q 'no Redis password: write one to secrets/redis_password' "$T/s.err" ||
+    fail "no secret file: exit $rc, $(cat "$T/s.out" "$T/s.err")"
+: >"$T/secret"
+rc=0; start >"$T/s.out" 2>"$T/s.err" || rc=$?
+((rc == 1)) && grep -q 'no Redis password' "$T/s.err" || fail "an empty secret: exit $rc"
+echo change-me >"$T/secret"
+rc=0; start >"$T/s.out" 2>"$T/s.err" || rc=$?
+((rc == 1)) && grep -q 'example password change-me' "$T/s.err" ||
+    fail "the example password: exit $rc, $(cat "$T/s.err")"
+pw="compose-$RANDOM$RANDOM"
+printf '%s\n' "$pw" >"$T/secret"
+rc=0; start >"$T/s.out" 2>"$T/s.err" || rc=$?
+((rc == 0)) || fail "a real password: exit $rc, $(cat "$T/s.err")"
+grep -qx "run: redis-server --appendonly yes --aclfile $T/users.acl" "$T/s.out" ||
+    fail "redis-server would not run with the ACL file: $(cat "$T/s.out")"
+[[ $(stat -c %a "$T/users.acl") == 600 ]] || fail "the ACL file is not private"
+! grep -qF -- "$pw" "$T/users.acl" "$T/s.out" "$T/s.err" || fail "the password itself is in the ACL file or output"
+# A real redis-server takes the ACL file: the password opens it, no other.
+port=$(redis_tmp_free_port)
+bg "$T/r.out" "$T/r.err" redis-server --port "$port" --bind 127.0.0.1 --save '' \
+    --aclfile "$T/users.acl"
+up() { REDISCLI_AUTH=$pw redis-cli -p "$port" --no-auth-warning ping 2>/dev/null | grep -q PONG; }
+wait_for 20 up || fail "redis-server with the ACL file does not accept the password: $(cat "$T/r.err" "$T/r.out" | tail -n 3)"
+out=$(redis-cli -p "$port" ping 2>&1)
+[[ $out == *NOAUTH* ]] || fail "redis-server with the ACL file answers without a password: $out"
+REDISCLI_AUTH=$pw redis-cli -p "$port" --no-auth-warning shutdown nosave >/dev/null 2>&1 || true
 
 note "resolved configuration"
 if "$PY" -c 'import yaml' 2>/dev/null; then
@@ -85,9 +121,14 @@ def needs(svc, dep, cond):
     d = svc.get('depends_on', {})
     return isinstance(d, dict) and d.get(dep, {}).get('condition') == cond
 
-password = env.get('REDIS_PASSWORD', '')
-if not password:
-    err('.env.example has no REDIS_PASSWORD')
+SECRET = '/run/secrets/redis_password'
+sec = cfg.get('secrets', {}).get('redis_password', {})
+if not str(sec.get('file', '')).endswith('secrets/redis_password'):
+    err('no top-level secret redis_password from secrets/redis_password: %r' % sec)
+
+def has_secret(svc):
+    return any((x if isinstance(x, str) else x.get('source')) == 'redis_password'
+               for x in svc.get('secrets', []))
 trainers = sorted(n for n in svcs if re.fullmatch(r'trainer\d+', n))
 for need in ['redis', 'submit', 'producer', 'metrics']:
     if need not in svcs:
@@ -101,14 +142,17 @@ for name, s in svcs.items():
     # A fixed name would make a second replica of any service fail.
     if 'container_name' in s:
         err('%s has container_name' % name)
+    if not has_secret(s):
+        err('%s: does not mount the redis_password secret' % name)
+    e = environ(s)
+    if any('PASSWORD' in k and k != 'SLUICE_REDIS_PASSWORD_FILE' or 'AUTH' in k for k in e):
+        err('%s: a password variable in its environment: %s' % (name, sorted(e)))
     if name != 'redis':
-        e = environ(s)
-        if e.get('SLUICE_REDIS_PASSWORD') != password:
-            err('%s: SLUICE_REDIS_PASSWORD is not REDIS_PASSWORD' % name)
+        if e.get('SLUICE_REDIS_PASSWORD_FILE') != SECRET:
+            err('%s: SLUICE_REDIS_PASSWORD_FILE is %r, not %s' % (
+                name, e.get('SLUICE_REDIS_PASSWORD_FILE'), SECRET))
         if not e.get('SLUICE_REDIS_URL', '').startswith('redis://redis:6379'):
             err('%s: SLUICE_REDIS_URL is %r' % (name, e.get('SLUICE_REDIS_URL')))
-        if password and password in ' '.join(argv(s)):
-            err('%s: the Redis password is on its command line' % name)
 
 # redis: durable, bounded, refuses rather than evicts, password, healthcheck.
 r = svcs['redis']
@@ -123,16 +167,14 @@ if opt(a, '--maxmemory-policy') != 'noeviction':
     err('redis: --maxmemory-policy is %r, not noeviction' % opt(a, '--maxmemory-policy'))
 if opt(a, '--maxmemory') != env.get('REDIS_MAXMEMORY'):
     err('redis: --maxmemory is %r, .env.example says %r' % (opt(a, '--maxmemory'), env.get('REDIS_MAXMEMORY')))
-if opt(a, '--requirepass') != password:
-    err('redis: --requirepass is not REDIS_PASSWORD')
+if '--requirepass' in a:
+    err('redis: --requirepass puts the password on the command line')
 hc = r.get('healthcheck', {}).get('test', [])
 hc = ' '.join(hc) if isinstance(hc, list) else str(hc)
 if 'redis-cli' not in hc or 'ping' not in hc:
     err('redis: healthcheck is not a redis-cli ping: %r' % hc)
-if ' -a ' in ' %s ' % hc or (password and password in hc):
-    err('redis: the healthcheck puts the password on the command line: %r' % hc)
-if environ(r).get('REDISCLI_AUTH') != password:
-    err('redis: REDISCLI_AUTH is not REDIS_PASSWORD (the healthcheck cannot authenticate)')
+if ' -a ' in ' %s ' % hc or 'REDISCLI_AUTH=' not in hc or SECRET not in hc:
+    err('redis: the healthcheck does not authenticate with REDISCLI_AUTH from %s: %r' % (SECRET, hc))
 if not any(str(v).endswith(':/data') or ':/data:' in str(v) or
            (isinstance(v, dict) and v.get('target') == '/data') for v in r.get('volumes', [])):
     err('redis: no volume on /data')
@@ -220,6 +262,7 @@ else
     block redis | grep -A1 -- '- --appendonly' | grep -q '"*yes"*' || fail "redis: appendonly is not yes"
     block redis | grep -A1 -- '- --maxmemory-policy' | grep -q noeviction || fail "redis: no noeviction"
     block redis | grep -q 'REDISCLI_AUTH' || fail "redis: no REDISCLI_AUTH for the healthcheck"
+    block redis | grep -q -- '--requirepass' && fail "redis: --requirepass on its command line"
     block submit | grep -q "restart: \"*no\"*" || fail "submit is not one-shot"
 fi
 
@@ -462,12 +505,22 @@ else:
     print('\n'.join('%s=%s' % (k, '' if v is None else v) for k, v in s.get('environment', {}).items()))
 PYEOF
 }
+# Redis as its entrypoint starts it, with the secret of the checks above
+# ($T/secret holds $pw): the stub prints the command it would run.
 mapfile -t rcmd < <(svc redis cmd)
-redis_tmp_start "${rcmd[@]:1}"
-password=$(svc redis env | sed -n 's/^REDISCLI_AUTH=//p')
-[[ $(REDISCLI_AUTH=$password redis-cli -p "$REDIS_PORT" ping) == PONG ]] ||
+line=$(env -i PATH="$T/stub:$PATH" sh -c "$(cat "$T/start.sh")" redis-entrypoint "${rcmd[@]}") ||
+    fail "the redis entrypoint failed: $line"
+read -r -a rargs <<<"${line#run: }"
+redis_tmp_start "${rargs[@]:1}"
+[[ $(REDISCLI_AUTH=$pw redis-cli -p "$REDIS_PORT" --no-auth-warning ping) == PONG ]] ||
     fail "the redis healthcheck (redis-cli ping with REDISCLI_AUTH) does not get PONG"
 [[ $(redis-cli -p "$REDIS_PORT" ping 2>&1) == *NOAUTH* ]] || fail "redis answers without the password"
+# svc_env SERVICE: its environment, with the private server's address and
+# the secret's path here.
+svc_env() {
+    svc "$1" env | sed "s|^SLUICE_REDIS_URL=.*|SLUICE_REDIS_URL=$REDIS_URL|;
+                        s|^SLUICE_REDIS_PASSWORD_FILE=.*|SLUICE_REDIS_PASSWORD_FILE=$T/secret|"
+}
 
 # start SERVICE OUT [ADDR-OPTION]: runs the service's command (its program
 # from $BUILD) in its environment, in the background; with ADDR-OPTION the
@@ -476,7 +529,7 @@ start_svc() {
     local name=$1 out=$2 addropt=${3:-} i
     local -a cmd envv
     mapfile -t cmd < <(svc "$name" cmd)
-    mapfile -t envv < <(svc "$name" env | sed "s|^SLUICE_REDIS_URL=.*|SLUICE_REDIS_URL=$REDIS_URL|")
+    mapfile -t envv < <(svc_env "$name")
     cmd[0]=$BUILD/${cmd[0]}
     if [[ -n $addropt ]]; then
         PORT=$(redis_tmp_free_port)
@@ -487,7 +540,7 @@ start_svc() {
     bg "$out" "$out.err" env -i PATH="$PATH" "${envv[@]}" "${cmd[@]}"
 }
 
-mapfile -t senv < <(svc submit env | sed "s|^SLUICE_REDIS_URL=.*|SLUICE_REDIS_URL=$REDIS_URL|")
+mapfile -t senv < <(svc_env submit)
 env -i PATH="$PATH" "${senv[@]}" SLUICE_EPOCHS=1 SLUICE_CTL="$BUILD/sluice-ctl" \
     SLUICE_MANIFEST="$ROOT/docker/fashion-mnist.manifest" bash "$ROOT/docker/submit.sh" >"$T/sub.out" 2>&1 ||
     fail "submit service: $(cat "$T/sub.out")"
