@@ -14,6 +14,8 @@
 #     (pad) without the right to write a frame in place, or leaves it to a
 #     consumer's reap to forget (drop): each rank gets its batches and the
 #     end, and the dropped batch leaves the queue.
+#  2b. A partitioned queue (3 partitions): the lines name every partition,
+#     and a job runs with the three users.
 #  3. Forbidden: with a consumer's user, sluice-ctl delete / submit / dead
 #     --purge are refused naming the script and the admin role, and Redis
 #     refuses DEL of meta, a budget change and a task definition change;
@@ -151,6 +153,32 @@ held || "$BUILD/sluice-ctl" --redis "$(url acl-drop-consumer)" reap acl-drop >/d
     fail "reap as the consumer failed"
 wait_for 10 held || fail "the dropped batch is still held"
 note "coordinated: pad and drop ended their epoch under the producer's ACL"
+
+# ---- 2b. a partitioned queue: the lines name every partition -----------------
+q=aclp
+A0=$(url "$q-admin")
+rcli ACL SETUSER "$q-admin" reset on ">$pw" '~*' '+@all' >/dev/null
+"$BUILD/sluice-ctl" --redis "$A0" create "$q" --max-batches 8 --max-bytes 16M --partitions 3 \
+    >/dev/null || fail "partitioned: create failed"
+SLUICE_REDIS_URL=$REDIS_URL users "$q"   # the partitions read from Redis
+line=$("$BUILD/sluice-ctl" acl "$q" --role consumer --partitions 3)
+[[ $line == *"sluice:{$q#2}:ready:*"* && $line != *"sluice:{$q#3}"* ]] ||
+    fail "partitioned: the consumer's line does not name the 3 partitions: $line"
+A=$(url "$q-admin") P=$(url "$q-producer") C=$(url "$q-consumer")
+"$BUILD/sluice-ctl" --redis "$A" submit "$q" --manifest "$T/train.manifest" --epochs 1 \
+    --batch-size 5 >/dev/null || fail "partitioned: submit failed"
+bg "$T/pc.out" "$T/pc.err" "$BUILD/sluice-consume" --redis "$C" --queue "$q" --summary --quiet
+pc=$BG_PID
+"$BUILD/sluice-producer" --redis "$P" --queue "$q" --quiet >/dev/null 2>"$T/pp.err" ||
+    fail "partitioned: the producer failed: $(cat "$T/pp.err")"
+rc=0; wait_pid "$pc" 60 || rc=$?
+((rc == 0)) || fail "partitioned: the consumer exit $rc: $(cat "$T/pc.err")"
+line=$(grep '^records=' "$T/pc.out") || fail "partitioned: no summary: $(cat "$T/pc.out")"
+(($(kv records "$line") == want)) && [[ $(kv checksum "$line") == "$want_sum" ]] ||
+    fail "partitioned: $line, expected records=$want checksum=$want_sum"
+out=$(as "$q-consumer" HSET "sluice:{$q#1}:meta" max_bytes 1 2>&1)
+[[ $out == NOPERM* ]] || fail "partitioned: the consumer changed a partition's budget: $out"
+note "partitioned: a job over 3 partitions with the three users"
 
 # ---- 3. what each role may not do --------------------------------------------
 q=aclq
