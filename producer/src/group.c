@@ -174,13 +174,13 @@ int group_spill_target(sluice_producer *g, const sluice_producer *from, size_t f
         c->probe = 0;
         if (c == from || c->used > 0 || !group_idle_connected(c))
             continue;
-        char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY], job[SLUICE_MAX_KEY];
+        char dlv[SLUICE_MAX_KEY], bytes[SLUICE_MAX_KEY], jrun[SLUICE_MAX_KEY];
         sluicei_key(dlv, c->queue, "dlv");
         sluicei_key(bytes, c->queue, "bytes");
-        sluicei_key(job, c->queue, "jrun");
+        sluicei_key(jrun, c->queue, "jrun");
         const char *a_meta[4] = {"HMGET", c->meta_key, "max_batches", "max_bytes"};
         const char *a_dlv[2] = {"HLEN", dlv}, *a_bytes[2] = {"GET", bytes};
-        const char *a_tasks[3] = {"HGET", job, "twaiting"};
+        const char *a_tasks[3] = {"HGET", jrun, "twaiting"};
         if (sluicei_conn_append_argv(c->conn, 4, a_meta, NULL) == SLUICE_OK &&
             sluicei_conn_append_argv(c->conn, 2, a_dlv, NULL) == SLUICE_OK &&
             sluicei_conn_append_argv(c->conn, 2, a_bytes, NULL) == SLUICE_OK &&
