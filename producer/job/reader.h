@@ -203,12 +203,19 @@ typedef enum sluicei_exec_mode {
  * other status or a signal gives SLUICE_ERR_FORMAT with "exec: CMD exited
  * with status N: <stderr tail, one line>" ("killed by signal N"). Closing
  * the reader early kills the command (SIGKILL to its process group) and
- * reaps it. On SLUICE_OK *out is a reader as for sluicei_reader_open()
- * (columns: in msgpack mode, those of the first tensor frame, which open
- * reads). */
+ * reaps it. The command's environment is the caller's without any
+ * SLUICE_* variable and without REDISCLI_AUTH.
+ * roots not NULL: before the command starts, every path is checked with
+ * sluicei_input_check() (a regular file or a folder under the roots; a
+ * refusal is returned as such and nothing runs), and {path} gets the paths
+ * as resolved (absolute, no symbolic link). NULL: paths go in as given,
+ * unchecked (they need not be files at all).
+ * On SLUICE_OK *out is a reader as for sluicei_reader_open() (columns: in
+ * msgpack mode, those of the first tensor frame, which open reads). */
 sluice_err sluicei_exec_open(sluicei_reader **out, const char *cmd, const char *const *paths,
                              size_t npaths, uint64_t start, uint64_t end,
-                             sluicei_exec_mode mode, char *err, size_t errlen);
+                             sluicei_exec_mode mode, const sluicei_roots *roots, char *err,
+                             size_t errlen);
 
 /* For readers/exec.c: wraps an already open source (no range, no further
  * paths) as a reader. On failure s is closed. */

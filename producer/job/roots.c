@@ -52,7 +52,7 @@ static const char *kernel_fs_of(int fd)
 static const char *type_name(mode_t m)
 {
     if (S_ISDIR(m))
-        return "a folder";
+        return "a directory";
     if (S_ISFIFO(m))
         return "a FIFO";
     if (S_ISCHR(m))
@@ -160,7 +160,7 @@ sluice_err sluicei_roots_add(sluicei_roots *r, const char *dir, char *err, size_
     }
     sluice_err e = SLUICE_OK;
     if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a folder", dir);
+        snprintf(err, errlen, "%s: not a directory", dir);
         e = SLUICE_ERR_INVALID;
     } else if ((kfs = kernel_fs_of(nr.fd)) != NULL) {
         snprintf(err, errlen, "%s: on %s, a kernel file system", dir, kfs);

@@ -47,7 +47,7 @@ sluice_err sluicei_roots_new(sluicei_roots **out);
 /* Adds folder dir (relative: to the working folder) to r: resolved and
  * opened now, so that a later rename or link of dir itself changes
  * nothing. SLUICE_ERR_SYS with "DIR: <strerror>" when it does not exist or
- * cannot be opened, SLUICE_ERR_INVALID with "DIR: not a folder", or
+ * cannot be opened, SLUICE_ERR_INVALID with "DIR: not a directory", or
  * "DIR: on proc, a kernel file system" for /proc, /sys and their kind. */
 sluice_err sluicei_roots_add(sluicei_roots *r, const char *dir, char *err, size_t errlen);
 

@@ -162,6 +162,12 @@ if not needs(p, 'redis', 'service_healthy'):
 vols = [str(v) for v in p.get('volumes', [])]
 if not vols or not all(v.endswith(':ro') for v in vols):
     err('producer: data volumes not read-only: %s' % vols)
+# Data roots: job mode refuses to start without; the data volume among them.
+roots = environ(p).get('SLUICE_DATA_ROOTS') or ''
+if roots != env.get('SLUICE_DATA_ROOTS'):
+    err('producer: SLUICE_DATA_ROOTS is %r, .env.example says %r' % (roots, env.get('SLUICE_DATA_ROOTS')))
+if '/data' not in roots.split(':'):
+    err('producer: the data volume /data is not among its data roots %r' % roots)
 
 # submit: one-shot, after a healthy redis.
 s = svcs['submit']
@@ -441,7 +447,8 @@ fi
 # against a redis-server started with the redis service's arguments.
 # Changed only: the Redis address (the private server), the listen
 # addresses (a container has its own network; here they would collide), the
-# epochs (1, for time) and the manifest path (docker/, not the image's).
+# epochs (1, for time), the manifest path (docker/, not the image's) and
+# the data root /data (the volume's mount point: a folder in $T here).
 dataset=/usr/share/datasets/fashion-mnist
 if [[ ! -x $BUILD/sluice-trainer || ! -r $dataset/train-images-idx3-ubyte.gz ]]; then
     note "rehearsal skipped: needs $BUILD/sluice-trainer and the dataset-fashion-mnist package"
@@ -463,6 +470,7 @@ else:
 PYEOF
 }
 mapfile -t rcmd < <(svc redis cmd)
+mkdir -p "$T/data"
 redis_tmp_start "${rcmd[@]:1}"
 password=$(svc redis env | sed -n 's/^REDISCLI_AUTH=//p')
 [[ $(REDISCLI_AUTH=$password redis-cli -p "$REDIS_PORT" ping) == PONG ]] ||
@@ -476,7 +484,8 @@ start_svc() {
     local name=$1 out=$2 addropt=${3:-} i
     local -a cmd envv
     mapfile -t cmd < <(svc "$name" cmd)
-    mapfile -t envv < <(svc "$name" env | sed "s|^SLUICE_REDIS_URL=.*|SLUICE_REDIS_URL=$REDIS_URL|")
+    mapfile -t envv < <(svc "$name" env | sed -e "s|^SLUICE_REDIS_URL=.*|SLUICE_REDIS_URL=$REDIS_URL|" \
+        -e "/^SLUICE_DATA_ROOTS=/s#\([=:]\)/data\(:\|\$\)#\1$T/data\2#")
     cmd[0]=$BUILD/${cmd[0]}
     if [[ -n $addropt ]]; then
         PORT=$(redis_tmp_free_port)

@@ -151,7 +151,7 @@ static void test_refused(void)
     e = try_open(t.roots, &t, "root/out", 0, err, sizeof err);
     CHECK(refused(e, err, "a symbolic link leads out of the data roots"));
     e = try_open(t.roots, &t, "root/dir", 0, err, sizeof err);
-    CHECK(refused(e, err, "a folder, not a regular file"));
+    CHECK(refused(e, err, "a directory, not a regular file"));
     /* No writer: the open must not wait for one. */
     time_t t0 = time(NULL);
     e = try_open(t.roots, &t, "root/fifo", 0, err, sizeof err);
@@ -209,7 +209,7 @@ static void test_add(void)
     CHECK(sluicei_roots_add(r, "/nonexistent/folder", err, sizeof err) == SLUICE_ERR_SYS);
     CHECK(strcmp(err, "/nonexistent/folder: No such file or directory") == 0);
     CHECK(sluicei_roots_add(r, "/dev/null", err, sizeof err) == SLUICE_ERR_INVALID);
-    CHECK(strcmp(err, "/dev/null: not a folder") == 0);
+    CHECK(strcmp(err, "/dev/null: not a directory") == 0);
     CHECK(sluicei_roots_add(r, "/proc", err, sizeof err) == SLUICE_ERR_INVALID);
     CHECK(strstr(err, "/proc: on proc, a kernel file system") == err);
     CHECK(sluicei_roots_count(r) == 0);
