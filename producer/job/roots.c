@@ -306,10 +306,11 @@ sluice_err sluicei_input_open(const sluicei_roots *r, const char *path, int flag
         int f = open(path, O_RDONLY | O_CLOEXEC);
         if (f < 0)
             return sys_fail(path, errno, err, errlen);
-        if (fstat(f, st) != 0 || (S_ISDIR(st->st_mode) && !(flags & SLUICEI_INPUT_FOLDER))) {
-            e = sys_fail(path, S_ISDIR(st->st_mode) ? EISDIR : errno, err, errlen);
+        int en = fstat(f, st) != 0 ? errno
+                 : S_ISDIR(st->st_mode) && !(flags & SLUICEI_INPUT_FOLDER) ? EISDIR : 0;
+        if (en) {
             close(f);
-            return e;
+            return sys_fail(path, en, err, errlen);
         }
         *fd = f;
         return SLUICE_OK;
