@@ -165,7 +165,8 @@ if not vols or not all(v.endswith(':ro') for v in vols):
 # Data roots: job mode refuses to start without; the data volume among them.
 roots = environ(p).get('SLUICE_DATA_ROOTS') or ''
 if roots != env.get('SLUICE_DATA_ROOTS'):
-    err('producer: SLUICE_DATA_ROOTS is %r, .env.example says %r' % (roots, env.get('SLUICE_DATA_ROOTS')))
+    err('producer: SLUICE_DATA_ROOTS is %r, .env.example says %r'
+        % (roots, env.get('SLUICE_DATA_ROOTS')))
 if '/data' not in roots.split(':'):
     err('producer: the data volume /data is not among its data roots %r' % roots)
 

@@ -13,7 +13,8 @@
 # in sluice-ctl info; the producer neither hangs on the FIFO nor stops, and
 # exits 0 on SIGTERM within a bound; the consumer gets exactly the records
 # of 0, 6 and 7 and is told of the failed tasks (exit 3).
-# Start-up: job mode without a root, or with a missing one, exits 2.
+# Start-up: job mode without a root, with a missing one (flag or variable),
+# an empty entry in SLUICE_DATA_ROOTS or a root on /proc exits 2.
 # Files mode without roots still refuses /dev/zero, /proc/self/environ and
 # a FIFO, at once (exit 1), and so does a root of /.
 # --exec (roots from SLUICE_DATA_ROOTS): the command gets the resolved path,
@@ -53,14 +54,20 @@ print("%016x" % h)'
 }
 
 # ---- start-up -----------------------------------------------------------------
-rc=0; env -u SLUICE_DATA_ROOTS "$P" --redis "$REDIS_URL" --queue roots >"$T/s.out" 2>"$T/s.err" || rc=$?
-((rc == 2)) && grep -q "job mode (no FILE) needs --data-root DIR" "$T/s.err" ||
-    fail "job mode without a data root: exit $rc, $(cat "$T/s.err")"
-rc=0; "$P" --redis "$REDIS_URL" --queue roots --data-root "$T/nope" >"$T/s.out" 2>"$T/s.err" || rc=$?
-((rc == 2)) && grep -q -- "--data-root $T/nope: No such file or directory" "$T/s.err" ||
-    fail "a missing data root: exit $rc, $(cat "$T/s.err")"
-rc=0; SLUICE_DATA_ROOTS="$D::/tmp" "$P" --redis "$REDIS_URL" --queue roots >"$T/s.out" 2>"$T/s.err" || rc=$?
-((rc == 2)) && grep -q "empty entry" "$T/s.err" || fail "an empty SLUICE_DATA_ROOTS entry: exit $rc, $(cat "$T/s.err")"
+startup_refused() {   # WANT ROOTS ARGS...: job mode exits 2 with WANT (ROOTS: the variable)
+    local want=$1 roots=$2 rc=0
+    shift 2
+    env SLUICE_DATA_ROOTS="$roots" "$P" --redis "$REDIS_URL" --queue roots "$@" \
+        >"$T/s.out" 2>"$T/s.err" || rc=$?
+    ((rc == 2)) && grep -qF -- "$want" "$T/s.err" ||
+        fail "job mode $*, SLUICE_DATA_ROOTS='$roots': exit $rc, not 2 with '$want':" \
+            "$(cat "$T/s.err")"
+}
+startup_refused "job mode (no FILE) needs --data-root DIR" ""
+startup_refused "--data-root $T/nope: No such file or directory" "$D" --data-root "$T/nope"
+startup_refused "SLUICE_DATA_ROOTS: $T/nope: No such file or directory" "$T/nope"
+startup_refused "has an empty entry" "$D::/tmp"
+startup_refused "--data-root /proc: on proc, a kernel file system" "" --data-root /proc
 note "start-up refusals ok"
 
 # ---- files mode: no FIFO, device or /proc file, with or without roots ---------
@@ -106,7 +113,8 @@ rewrite() {   # SHARD PATH: the task's single path becomes PATH
 rewrite 2 "$D/escape"
 rewrite 5 /proc/self/environ
 rewrite 7 "$D/alias.txt"
-[[ $(r HGET "sluice:{$q}:taskdef" 5) == *$'\t'/proc/self/environ ]] || fail "rewrite of task 5 failed"
+[[ $(r HGET "sluice:{$q}:taskdef" 5) == *$'\t'/proc/self/environ ]] ||
+    fail "rewrite of task 5 failed"
 
 bg "$T/c.out" "$T/c.err" "$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" --summary --quiet
 c=$BG_PID
@@ -114,11 +122,13 @@ bg "$T/p.out" "$T/p.err" "$P" --redis "$REDIS_URL" --queue "$q" --data-root "$D"
     --summary
 p=$BG_PID
 finished() { ctl info "$q" 2>/dev/null | grep -qx "job: finished with 5 failed tasks"; }
-wait_for 60 finished || fail "the job did not finish with 5 failed tasks: $(ctl info "$q"; cat "$T/p.err")"
+wait_for 60 finished ||
+    fail "the job did not finish with 5 failed tasks: $(ctl info "$q"; cat "$T/p.err")"
 kill -0 "$p" 2>/dev/null || fail "the producer exited: $(cat "$T/p.err")"
 kill -TERM "$p"
 rc=0; wait_pid "$p" 10 || rc=$?
-((rc == 0)) || fail "producer exit $rc on SIGTERM (124: still running after 10 s): $(cat "$T/p.err")"
+((rc == 0)) ||
+    fail "producer exit $rc on SIGTERM (124: still running after 10 s): $(cat "$T/p.err")"
 grep -q "SIGTERM: shut down cleanly" "$T/p.err" || fail "no clean shutdown: $(cat "$T/p.err")"
 
 info=$(ctl info "$q")
@@ -141,8 +151,10 @@ rc=0; wait_pid "$c" 30 || rc=$?
 line=$(cat "$T/c.out")
 note "consumer: $line"
 want=$(fnv_lines "$D/good.txt" "$D/sub/more.txt" "$D/sub/more.txt")
-[[ $(kv records "$line") == 110 ]] || fail "consumer got $(kv records "$line") records, expected 110"
-[[ $(kv checksum "$line") == "$want" ]] || fail "consumer checksum $(kv checksum "$line"), expected $want"
+[[ $(kv records "$line") == 110 ]] ||
+    fail "consumer got $(kv records "$line") records, expected 110"
+[[ $(kv checksum "$line") == "$want" ]] ||
+    fail "consumer checksum $(kv checksum "$line"), expected $want"
 note "job mode: 5 tasks refused, 110 records delivered"
 
 # ---- --exec ---------------------------------------------------------------------
@@ -166,7 +178,8 @@ bg "$T/x.out" "$T/x.err" env SLUICE_DATA_ROOTS="$D" SLUICE_TEST_MARK=1 KEEP_ME=k
     --redis "$REDIS_URL" --queue "$qx" --exec "$PY $T/emit.py {path} $T/child.log" --summary
 rc=0; wait_pid "$BG_PID" 60 || rc=$?
 ((rc == 0)) || fail "--exec producer exit $rc: $(cat "$T/x.err")"
-[[ $(kv records "$(cat "$T/x.out")") == 30 ]] || fail "--exec pushed $(cat "$T/x.out"), expected 30 records"
+[[ $(kv records "$(cat "$T/x.out")") == 30 ]] ||
+    fail "--exec pushed $(cat "$T/x.out"), expected 30 records"
 [[ -s $T/child.log ]] || fail "the command never ran"
 args=$(grep '^ARG ' "$T/child.log")
 [[ $args == "ARG $(realpath "$D/sub/more.txt")" ]] ||
