@@ -143,7 +143,7 @@ for ((r = 0; r < ranks; r++)); do
 done
 ppids=()
 for ((p = 0; p < nprod; p++)); do
-    "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --summary \
+    "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --data-root "$data" --summary \
         >"$work/p$p.out" 2>"$work/p$p.err" </dev/null &
     pids+=($!)
     ppids+=($!)

@@ -114,8 +114,8 @@ start_producers() {
     local p
     pids=()
     for ((p = 0; p < nprod; p++)); do
-        "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --lease-ms 3000 >"$work/p$p.out" \
-            2>"$work/p$p.err" </dev/null &
+        "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --data-root "$data" \
+            --lease-ms 3000 >"$work/p$p.out" 2>"$work/p$p.err" </dev/null &
         pids+=($!)
     done
 }

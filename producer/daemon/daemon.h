@@ -14,6 +14,7 @@
 
 #include "batcher.h"
 #include "reader.h"
+#include "roots.h"
 #include "transform.h"
 
 #include <signal.h>
@@ -47,6 +48,13 @@ typedef struct config {
     int summary, quiet, follow;
     char **files;
     int nfiles;
+    /* The data roots: the --data-root values, else $SLUICE_DATA_ROOTS
+     * split at ':' (roots_env is that copy, and roots_from_env says so).
+     * roots is allocated, and so is roots_env. */
+    const char **roots;
+    int nroots;
+    char *roots_env;
+    int roots_from_env;
 } config;
 
 /* What was pushed: of a file, of a task, of the whole run. sum (the
@@ -63,6 +71,8 @@ typedef struct run {
     pmetrics *pm;              /* NULL without --metrics-addr */
     sluicei_transform *tf;
     sluicei_batcher *b;
+    sluicei_roots *roots;              /* what the readers may open (no folder: anywhere) */
+    const sluicei_roots *exec_roots;   /* --exec: NULL leaves the paths unchecked */
     int tty;
     double t0, last_progress;
     double last_push;          /* for the lease keepalive */
@@ -84,10 +94,12 @@ enum outcome {
 
 /* ---- flags.c ---- */
 
-/* Parses argv into cf (whose defaults are set). Returns 0, -1 after --help
- * or --version (printed), or SLUICEI_EXIT_USAGE (message printed).
- * Everything is checked before any connection. */
-int flags_parse(int argc, char **argv, config *cf);
+/* Parses argv into cf (whose defaults are set, cf->roots with room for
+ * argc entries); env_roots is $SLUICE_DATA_ROOTS (NULL: unset), used when
+ * no --data-root is given. Returns 0, -1 after --help or --version
+ * (printed), or SLUICEI_EXIT_USAGE (message printed). Everything is
+ * checked before any connection. */
+int flags_parse(int argc, char **argv, const char *env_roots, config *cf);
 
 /* ---- produce.c ---- */
 
@@ -102,7 +114,8 @@ void produce_say(run *r, const char *fmt, ...) __attribute__((format(printf, 2, 
 void produce_log_line(void *arg, const char *msg);
 
 /* Opens the input: the reader of format over paths, records [start, end),
- * or the --exec command. Errors in r->err. */
+ * or the --exec command, the paths checked against r->roots
+ * (r->exec_roots). Errors in r->err. */
 sluice_err produce_open_input(run *r, sluicei_reader **rd, const char *format,
                               const char *const *paths, size_t npaths, uint64_t start,
                               uint64_t end);

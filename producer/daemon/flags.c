@@ -54,6 +54,14 @@ static void usage(FILE *f)
             "                     the URL, or from the file $SLUICE_REDIS_PASSWORD_FILE\n"
             "                     names (its first line).\n"
             "  --queue Q          the queue to push into (create it with: sluice-ctl create Q)\n"
+            "  --data-root DIR    a folder input may be read from; once per folder. Default:\n"
+            "                     $SLUICE_DATA_ROOTS (folders separated by ':'). Job mode\n"
+            "                     needs one: the paths of a job come from Redis, and one\n"
+            "                     that is not under a data root (symbolic links followed)\n"
+            "                     is refused and fails its task. Files mode without one:\n"
+            "                     the FILEs may be anywhere. Either way only regular files\n"
+            "                     are read (and folders, by the files format): never a\n"
+            "                     FIFO, a device, a socket or a file of /proc or /sys.\n"
             "  --format F         files mode: input format (default tfrecord):\n");
     const sluicei_reader_format *fmt;
     for (size_t i = 0; (fmt = sluicei_reader_format_at(i)) != NULL; i++)
@@ -68,7 +76,11 @@ static void usage(FILE *f)
             "                     (shell-quoted), {start} and {end} by the record range\n"
             "                     ({end} empty: to the end); the command applies the range.\n"
             "                     A non-zero exit fails the file or task, with the tail of\n"
-            "                     its stderr as the error.\n"
+            "                     its stderr as the error. The paths are checked against\n"
+            "                     the data roots first (job mode; files mode with\n"
+            "                     --data-root) and given resolved. The command's\n"
+            "                     environment lacks every SLUICE_* variable and\n"
+            "                     REDISCLI_AUTH.\n"
             "  --exec-format F    what CMD writes: records (default: each record a 4-byte\n"
             "                     little-endian length, then its bytes) or msgpack (whole\n"
             "                     batch frames, docs/PROTOCOL.md; their rows are rebatched)\n"
@@ -108,8 +120,8 @@ static void usage(FILE *f)
             "Files mode: a corrupt or truncated file stops the run: the batches before the\n"
             "damage stay pushed, the partly filled batch is not, and the error names the\n"
             "file and byte offset. Job mode: it fails the task instead, and the producer\n"
-            "goes on with the next one. A lost Redis connection is regained and nothing is\n"
-            "lost.\n"
+            "goes on with the next one. A path the data roots refuse is handled the same\n"
+            "way. A lost Redis connection is regained and nothing is lost.\n"
             "\n"
             "Signals: on SIGINT or SIGTERM the producer stops reading and waits for the\n"
             "pushes in flight (not for room in a full queue). Files mode: exits 130\n"
@@ -129,13 +141,42 @@ static void usage(FILE *f)
             "      --batch-size 64 --summary data/train-*.tfrecord\n"
             "\n"
             "  sluice-ctl submit train --manifest train.manifest --epochs 10 --batch-size 64\n"
-            "  " PROG " --queue train &    # as many as it takes, on any host\n"
-            "  " PROG " --queue train --exec 'python3 decode.py {path} {start} {end}'\n",
+            "  " PROG " --queue train --data-root /data &    # as many as it takes\n"
+            "  " PROG " --queue train --data-root /data \\\n"
+            "      --exec 'python3 decode.py {path} {start} {end}'\n",
             MAX_BATCH_SIZE, SLUICEI_MIN_LEASE_MS, LEASE_MS_MAX, SLUICE_LEASE_MS_DEFAULT, MAX_INFLIGHT);
 }
 
 /* Parses argv into cf (daemon.h). */
-int flags_parse(int argc, char **argv, config *cf)
+/* Splits $SLUICE_DATA_ROOTS into cf->roots (a new array). Returns 0 or
+ * SLUICEI_EXIT_USAGE. */
+static int env_roots_split(const char *env, config *cf)
+{
+    size_t n = 1;
+    for (const char *p = env; *p; p++)
+        n += *p == ':';
+    const char **v = realloc(cf->roots, n * sizeof *v);
+    if (!v || !(cf->roots_env = strdup(env))) {
+        if (v)
+            cf->roots = v;
+        fprintf(stderr, PROG ": out of memory\n");
+        return SLUICEI_EXIT_RUNTIME;
+    }
+    cf->roots = v;
+    cf->roots_from_env = 1;
+    for (char *p = cf->roots_env, *colon; p; p = colon ? colon + 1 : NULL) {
+        if ((colon = strchr(p, ':')) != NULL)
+            *colon = '\0';
+        /* An empty entry means no folder, not the working one. */
+        if (!*p)
+            return sluicei_usage_error("SLUICE_DATA_ROOTS '%s' has an empty entry: give "
+                                       "folders separated by ':'", env);
+        cf->roots[cf->nroots++] = p;
+    }
+    return 0;
+}
+
+int flags_parse(int argc, char **argv, const char *env_roots, config *cf)
 {
     int only_files = 0, format_given = 0;
     const char *exec_format = NULL;
@@ -171,7 +212,7 @@ int flags_parse(int argc, char **argv, config *cf)
         static const char *const valued[] = {"--redis",     "--queue",     "--format",
                                              "--batch-size", "--inflight", "--lease-ms",
                                              "--exec",      "--exec-format", "--transform",
-                                             "--id",        "--metrics-addr"};
+                                             "--id",        "--metrics-addr", "--data-root"};
         const char *val = NULL, *name = NULL;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0] && !name; k++) {
             int got = sluicei_flag_value(argc, argv, &i, valued[k], &val);
@@ -222,6 +263,10 @@ int flags_parse(int argc, char **argv, config *cf)
             if (!*val || strlen(val) > SLUICE_MAX_PRODUCER_ID)
                 return sluicei_usage_error("--id must be 1 to %d bytes", SLUICE_MAX_PRODUCER_ID);
             cf->producer_id = val;
+        } else if (strcmp(name, "--data-root") == 0) {
+            if (!*val)
+                return sluicei_usage_error("--data-root needs a folder");
+            cf->roots[cf->nroots++] = val;
         } else if (strcmp(name, "--metrics-addr") == 0) {
             char err[512];
             if (sluicei_metrics_addr_check("--metrics-addr", val, err, sizeof err) != SLUICE_OK)
@@ -233,6 +278,11 @@ int flags_parse(int argc, char **argv, config *cf)
     int job = cf->nfiles == 0;
     if (!cf->queue)
         return sluicei_usage_error("--queue is required");
+    if (cf->nroots == 0 && env_roots && *env_roots) {
+        int rc = env_roots_split(env_roots, cf);
+        if (rc != 0)
+            return rc;
+    }
     if (exec_format && !cf->exec_cmd)
         return sluicei_usage_error("--exec-format goes with --exec");
     if (job) {
@@ -243,6 +293,11 @@ int flags_parse(int argc, char **argv, config *cf)
         if (format_given)
             return sluicei_usage_error("--format is for files mode; in job mode (no FILE) the "
                                        "manifest names each shard's reader");
+        /* The paths of a job come from whoever can write to Redis. */
+        if (cf->nroots == 0)
+            return sluicei_usage_error("job mode (no FILE) needs --data-root DIR, or "
+                                       "SLUICE_DATA_ROOTS=DIR[:DIR...]: the folders the job's "
+                                       "paths may be in");
         if (!cf->lease_ms)
             cf->lease_ms = SLUICE_LEASE_MS_DEFAULT;
         return 0;

@@ -38,6 +38,54 @@ static void on_signal(int sig)
     daemon_stop_flag = 1;
 }
 
+static void config_free(config *cf)
+{
+    free(cf->files);
+    free(cf->roots);
+    free(cf->roots_env);
+}
+
+/* The data roots of cf as a set (no folder in files mode without one:
+ * anywhere). Returns 0, or the exit status after printing why. */
+static int roots_open(const config *cf, sluicei_roots **out)
+{
+    char err[1024];
+    if (sluicei_roots_new(out) != SLUICE_OK) {
+        fprintf(stderr, PROG ": out of memory\n");
+        return SLUICEI_EXIT_RUNTIME;
+    }
+    for (int i = 0; i < cf->nroots; i++) {
+        sluice_err e = sluicei_roots_add(*out, cf->roots[i], err, sizeof err);
+        if (e != SLUICE_OK) {
+            fprintf(stderr, PROG ": %s%s\n", cf->roots_from_env ? "SLUICE_DATA_ROOTS: "
+                                                                 : "--data-root ", err);
+            return e == SLUICE_ERR_NOMEM ? SLUICEI_EXIT_RUNTIME : SLUICEI_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* Files mode: fails before pushing anything when an input is plainly
+ * missing or refused. Returns 0 or the exit status (message printed). */
+static int files_precheck(const run *r)
+{
+    const config *cf = r->cf;
+    char err[1024];
+    /* --exec without data roots: the FILEs are the command's business. */
+    const sluicei_roots *roots = cf->exec_cmd ? r->exec_roots : r->roots;
+    for (int i = 0; i < cf->nfiles && roots; i++) {
+        if (!cf->exec_cmd && access(cf->files[i], R_OK) != 0) {
+            fprintf(stderr, PROG ": %s: %s\n", cf->files[i], strerror(errno));
+            return SLUICEI_EXIT_RUNTIME;
+        }
+        if (sluicei_input_check(roots, cf->files[i], NULL, err, sizeof err) != SLUICE_OK) {
+            fprintf(stderr, PROG ": %s\n", err);
+            return SLUICEI_EXIT_RUNTIME;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     sluicei_cli_init(PROG);
@@ -46,22 +94,29 @@ int main(int argc, char **argv)
     if (!cf.url || !*cf.url)
         cf.url = DEFAULT_URL;
     cf.files = calloc((size_t)argc, sizeof *cf.files);
-    if (!cf.files) {
+    cf.roots = calloc((size_t)argc, sizeof *cf.roots);
+    if (!cf.files || !cf.roots) {
         fprintf(stderr, PROG ": out of memory\n");
+        config_free(&cf);
         return SLUICEI_EXIT_RUNTIME;
     }
-    int rc = flags_parse(argc, argv, &cf);
+    int rc = flags_parse(argc, argv, getenv("SLUICE_DATA_ROOTS"), &cf);
     if (rc != 0) {
-        free(cf.files);
+        config_free(&cf);
         return rc < 0 ? 0 : rc;
     }
-    /* Fail before pushing anything when an input is plainly missing. */
-    for (int i = 0; i < cf.nfiles && !cf.exec_cmd; i++)
-        if (access(cf.files[i], R_OK) != 0) {
-            fprintf(stderr, PROG ": %s: %s\n", cf.files[i], strerror(errno));
-            free(cf.files);
-            return SLUICEI_EXIT_RUNTIME;
-        }
+    run r = {.cf = &cf};
+    if ((rc = roots_open(&cf, &r.roots)) == 0) {
+        /* Job mode, or files mode with data roots: the paths given to
+         * --exec are checked too. */
+        r.exec_roots = cf.nfiles == 0 || cf.nroots > 0 ? r.roots : NULL;
+        rc = files_precheck(&r);
+    }
+    if (rc != 0) {
+        sluicei_roots_free(r.roots);
+        config_free(&cf);
+        return rc;
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -73,7 +128,6 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    run r = {.cf = &cf};
     char err[1024];
     r.tty = isatty(STDERR_FILENO);
     r.t0 = r.last_progress = produce_now();
@@ -81,14 +135,16 @@ int main(int argc, char **argv)
      * the start, before any connection or task. */
     if (cf.metrics_addr && metrics_open(&r.pm, &cf, err, sizeof err) != SLUICE_OK) {
         fprintf(stderr, PROG ": --metrics-addr: %s\n", err);
-        free(cf.files);
+        sluicei_roots_free(r.roots);
+        config_free(&cf);
         return SLUICEI_EXIT_RUNTIME;
     }
     if (cf.transform &&
         sluicei_transform_open(&r.tf, cf.transform, err, sizeof err) != SLUICE_OK) {
         fprintf(stderr, PROG ": %s\n", err);
         metrics_close(r.pm);
-        free(cf.files);
+        sluicei_roots_free(r.roots);
+        config_free(&cf);
         return SLUICEI_EXIT_RUNTIME;
     }
     sluice_producer_opts o = {
@@ -105,7 +161,8 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": %s\n", err);
         metrics_close(r.pm);
         sluicei_transform_close(r.tf);
-        free(cf.files);
+        sluicei_roots_free(r.roots);
+        config_free(&cf);
         /* A malformed --redis URL or queue name is a usage error. */
         return e == SLUICE_ERR_INVALID ? SLUICEI_EXIT_USAGE : SLUICEI_EXIT_RUNTIME;
     }
@@ -149,6 +206,7 @@ int main(int argc, char **argv)
     metrics_close(r.pm);
     sluice_producer_close(r.p);
     sluicei_transform_close(r.tf);
-    free(cf.files);
+    sluicei_roots_free(r.roots);
+    config_free(&cf);
     return rc;
 }

@@ -129,6 +129,7 @@ sluice_err produce_open_input(run *r, sluicei_reader **rd, const char *format,
 {
     if (r->cf->exec_cmd)
         return sluicei_exec_open(rd, r->cf->exec_cmd, paths, npaths, start, end,
-                                 r->cf->exec_mode, r->err, sizeof r->err);
-    return sluicei_reader_open(rd, format, paths, npaths, start, end, r->err, sizeof r->err);
+                                 r->cf->exec_mode, r->exec_roots, r->err, sizeof r->err);
+    return sluicei_reader_open_in(rd, r->roots, format, paths, npaths, start, end, r->err,
+                                  sizeof r->err);
 }

@@ -9,6 +9,7 @@
 
 struct sluicei_reader {
     const sluicei_reader_format *fmt;
+    const sluicei_roots *roots;   /* borrowed; NULL: no policy */
     char *arg;                /* text after "name:", or NULL */
     char **paths;             /* copies; NULL for an adopted source */
     size_t npaths;
@@ -116,7 +117,7 @@ static sluice_err open_next(sluicei_reader *r, char *err, size_t errlen)
     if (r->next_group >= r->npaths)
         return SLUICE_EOF;
     const char *const *group = (const char *const *)r->paths + r->next_group;
-    sluice_err e = r->fmt->open(&r->src, group, r->arg, err, errlen);
+    sluice_err e = r->fmt->open(&r->src, r->roots, group, r->arg, err, errlen);
     if (e != SLUICE_OK) {
         r->src = NULL;
         return e;
@@ -184,9 +185,11 @@ void sluicei_reader_close(sluicei_reader *r)
     free(r);
 }
 
-/* Allocates a reader for format over a copy of paths. */
-static sluice_err new_reader(sluicei_reader **out, const char *format, const char *const *paths,
-                             size_t npaths, char *err, size_t errlen)
+/* Allocates a reader for format over a copy of paths, opening through
+ * roots. */
+static sluice_err new_reader(sluicei_reader **out, const sluicei_roots *roots,
+                             const char *format, const char *const *paths, size_t npaths,
+                             char *err, size_t errlen)
 {
     const sluicei_reader_format *f;
     *out = NULL;
@@ -202,6 +205,7 @@ static sluice_err new_reader(sluicei_reader **out, const char *format, const cha
     if (!r || !(r->paths = calloc(npaths, sizeof *r->paths)) || (colon && !(r->arg = strdup(colon + 1))))
         goto nomem;
     r->fmt = f;
+    r->roots = roots;
     r->npaths = npaths;
     for (size_t i = 0; i < npaths; i++)
         if (!(r->paths[i] = strdup(paths[i])))
@@ -219,8 +223,15 @@ sluice_err sluicei_reader_open(sluicei_reader **out, const char *format,
                                const char *const *paths, size_t npaths, uint64_t start,
                                uint64_t end, char *err, size_t errlen)
 {
+    return sluicei_reader_open_in(out, NULL, format, paths, npaths, start, end, err, errlen);
+}
+
+sluice_err sluicei_reader_open_in(sluicei_reader **out, const sluicei_roots *roots,
+                                  const char *format, const char *const *paths, size_t npaths,
+                                  uint64_t start, uint64_t end, char *err, size_t errlen)
+{
     sluicei_reader *r;
-    sluice_err e = new_reader(&r, format, paths, npaths, err, errlen);
+    sluice_err e = new_reader(&r, roots, format, paths, npaths, err, errlen);
     *out = NULL;
     if (e != SLUICE_OK)
         return e;
@@ -342,7 +353,7 @@ sluice_err sluicei_reader_count(const char *format, const char *const *paths, si
 {
     sluicei_reader *r;
     *n = 0;
-    sluice_err e = new_reader(&r, format, paths, npaths, err, errlen);
+    sluice_err e = new_reader(&r, NULL, format, paths, npaths, err, errlen);
     if (e != SLUICE_OK)
         return e;
     uint64_t total = 0, k;

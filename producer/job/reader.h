@@ -39,6 +39,8 @@
 #include <sluice/batch.h>
 #include <sluice/common.h>
 
+#include "roots.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -76,11 +78,13 @@ typedef struct sluicei_reader_format {
     /* Validates the text after "name:" (arg is NULL when there is none).
      * NULL: the format takes no argument. */
     sluice_err (*check_arg)(const char *arg, char *err, size_t errlen);
-    /* Opens the `group` paths as one source. On SLUICE_OK *out is a new
-     * source whose first member is a sluicei_source whose fmt points back
-     * here. arg as for check_arg (already checked). */
-    sluice_err (*open)(sluicei_source **out, const char *const *paths, const char *arg,
-                       char *err, size_t errlen);
+    /* Opens the `group` paths as one source, every file through
+     * sluicei_input_open(roots, ...) (roots.h; NULL: no policy), and keeps
+     * roots for files it opens later. On SLUICE_OK *out is a new source
+     * whose first member is a sluicei_source whose fmt points back here.
+     * arg as for check_arg (already checked). */
+    sluice_err (*open)(sluicei_source **out, const sluicei_roots *roots,
+                       const char *const *paths, const char *arg, char *err, size_t errlen);
     /* Next record: as sluicei_reader_next(). */
     sluice_err (*next)(sluicei_source *s, sluice_record *rec, char *err, size_t errlen);
     /* Optional: skips up to n records without returning them; *done is how
@@ -138,10 +142,19 @@ sluice_err sluicei_reader_check(const char *format, size_t npaths,
  * The range check against the end of the data happens at open when the
  * format counts cheaply (idx, fixed, files) and otherwise when next()
  * reaches the end of the data before `end`. Files are opened one at a
- * time as reading reaches them. */
+ * time as reading reaches them, as open(2) does, with no policy: for
+ * input a producer must not trust, see sluicei_reader_open_in(). */
 sluice_err sluicei_reader_open(sluicei_reader **out, const char *format,
                                const char *const *paths, size_t npaths, uint64_t start,
                                uint64_t end, char *err, size_t errlen);
+
+/* As sluicei_reader_open(), every file opened through roots (roots.h): a
+ * path it refuses fails like a missing file, with SLUICE_ERR_INVALID and
+ * "PATH: refused: <why>". roots must outlive the reader; NULL is no
+ * policy. */
+sluice_err sluicei_reader_open_in(sluicei_reader **out, const sluicei_roots *roots,
+                                  const char *format, const char *const *paths, size_t npaths,
+                                  uint64_t start, uint64_t end, char *err, size_t errlen);
 
 /* Reads the next record (or row). SLUICE_OK: *rec points into the reader
  * and stays valid until the next call or close. SLUICE_EOF: the range
@@ -190,12 +203,19 @@ typedef enum sluicei_exec_mode {
  * other status or a signal gives SLUICE_ERR_FORMAT with "exec: CMD exited
  * with status N: <stderr tail, one line>" ("killed by signal N"). Closing
  * the reader early kills the command (SIGKILL to its process group) and
- * reaps it. On SLUICE_OK *out is a reader as for sluicei_reader_open()
- * (columns: in msgpack mode, those of the first tensor frame, which open
- * reads). */
+ * reaps it. The command's environment is the caller's without any
+ * SLUICE_* variable and without REDISCLI_AUTH.
+ * roots not NULL: before the command starts, every path is checked with
+ * sluicei_input_check() (a regular file or a folder under the roots; a
+ * refusal is returned as such and nothing runs), and {path} gets the paths
+ * as resolved (absolute, no symbolic link). NULL: paths go in as given,
+ * unchecked (they need not be files at all).
+ * On SLUICE_OK *out is a reader as for sluicei_reader_open() (columns: in
+ * msgpack mode, those of the first tensor frame, which open reads). */
 sluice_err sluicei_exec_open(sluicei_reader **out, const char *cmd, const char *const *paths,
                              size_t npaths, uint64_t start, uint64_t end,
-                             sluicei_exec_mode mode, char *err, size_t errlen);
+                             sluicei_exec_mode mode, const sluicei_roots *roots, char *err,
+                             size_t errlen);
 
 /* For readers/exec.c: wraps an already open source (no range, no further
  * paths) as a reader. On failure s is closed. */

@@ -204,6 +204,13 @@ if not needs(p, 'redis', 'service_healthy'):
 vols = [str(v) for v in p.get('volumes', [])]
 if not vols or not all(v.endswith(':ro') for v in vols):
     err('producer: data volumes not read-only: %s' % vols)
+# Data roots: job mode refuses to start without; the data volume among them.
+roots = environ(p).get('SLUICE_DATA_ROOTS') or ''
+if roots != env.get('SLUICE_DATA_ROOTS'):
+    err('producer: SLUICE_DATA_ROOTS is %r, .env.example says %r'
+        % (roots, env.get('SLUICE_DATA_ROOTS')))
+if '/data' not in roots.split(':'):
+    err('producer: the data volume /data is not among its data roots %r' % roots)
 
 # submit: one-shot, after a healthy redis.
 s = svcs['submit']
@@ -484,7 +491,8 @@ fi
 # against a redis-server started with the redis service's arguments.
 # Changed only: the Redis address (the private server), the listen
 # addresses (a container has its own network; here they would collide), the
-# epochs (1, for time) and the manifest path (docker/, not the image's).
+# epochs (1, for time), the manifest path (docker/, not the image's) and
+# the data root /data (the volume's mount point: a folder in $T here).
 dataset=/usr/share/datasets/fashion-mnist
 if [[ ! -x $BUILD/sluice-trainer || ! -r $dataset/train-images-idx3-ubyte.gz ]]; then
     note "rehearsal skipped: needs $BUILD/sluice-trainer and the dataset-fashion-mnist package"
@@ -511,6 +519,7 @@ mapfile -t rcmd < <(svc redis cmd)
 line=$(env -i PATH="$T/stub:$PATH" sh -c "$(cat "$T/start.sh")" redis-entrypoint "${rcmd[@]}") ||
     fail "the redis entrypoint failed: $line"
 read -r -a rargs <<<"${line#run: }"
+mkdir -p "$T/data"
 redis_tmp_start "${rargs[@]:1}"
 [[ $(REDISCLI_AUTH=$pw redis-cli -p "$REDIS_PORT" --no-auth-warning ping) == PONG ]] ||
     fail "the redis healthcheck (redis-cli ping with REDISCLI_AUTH) does not get PONG"
@@ -518,8 +527,9 @@ redis_tmp_start "${rargs[@]:1}"
 # svc_env SERVICE: its environment, with the private server's address and
 # the secret's path here.
 svc_env() {
-    svc "$1" env | sed "s|^SLUICE_REDIS_URL=.*|SLUICE_REDIS_URL=$REDIS_URL|;
-                        s|^SLUICE_REDIS_PASSWORD_FILE=.*|SLUICE_REDIS_PASSWORD_FILE=$T/secret|"
+    svc "$1" env | sed -e "s|^SLUICE_REDIS_URL=.*|SLUICE_REDIS_URL=$REDIS_URL|" \
+        -e "s|^SLUICE_REDIS_PASSWORD_FILE=.*|SLUICE_REDIS_PASSWORD_FILE=$T/secret|" \
+        -e "/^SLUICE_DATA_ROOTS=/s#\([=:]\)/data\(:\|\$\)#\1$T/data\2#"
 }
 
 # start SERVICE OUT [ADDR-OPTION]: runs the service's command (its program

@@ -2,7 +2,8 @@
 # the tests lives in tests/lib). Each test runs in its own bash with
 #   . "$(dirname "$0")/../lib/integration.sh"
 # which gives it: strict mode, ROOT, BUILD (absolute), a scratch dir $T,
-# scripts/redis-tmp.sh, the helpers below (fail, note, rcli, wait_for...,
+# scripts/redis-tmp.sh, SLUICE_DATA_ROOTS=$T exported (the data root of the
+# producers it starts), the helpers below (fail, note, rcli, wait_for...,
 # skew_env/skewed), and an EXIT trap that stops every background process
 # the test started (bg) and every redis-server, and removes $T.
 set -euo pipefail
@@ -15,6 +16,9 @@ PY=/usr/bin/python3
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/sluice-test.XXXXXX")
 _BG_PIDS=()
+# A job-mode producer reads only under its data roots; every test keeps its
+# data in $T. A test about the roots sets its own (--data-root wins).
+export SLUICE_DATA_ROOTS=$T
 
 _test_cleanup() {
     local rc=$? p

@@ -32,6 +32,7 @@ extern const struct test mpack_tests[];
 extern const struct test url_tests[];
 extern const struct test proto_tests[];
 extern const struct test reader_tests[];
+extern const struct test roots_tests[];
 extern const struct test manifest_tests[];
 extern const struct test taskdef_tests[];
 extern const struct test cluster_tests[];

@@ -867,7 +867,7 @@ static sluice_err exec_join(const char *cmd, sluicei_exec_mode mode, char *got, 
     sluicei_reader *r;
     const char *paths[] = {"/tmp/it's here", "/tmp/b"};
     got[0] = '\0';
-    sluice_err e = sluicei_exec_open(&r, cmd, paths, 2, 5, 9, mode, err, errlen);
+    sluice_err e = sluicei_exec_open(&r, cmd, paths, 2, 5, 9, mode, NULL, err, errlen);
     if (e != SLUICE_OK)
         return e;
     e = join_all(r, got, gotlen, err, errlen);
@@ -922,7 +922,7 @@ static void test_exec_no_deadlock(void)
     /* 2 MB of stderr before any stdout, then 20000 records. */
     CHECK(sluicei_exec_open(&r, "head -c 2000000 /dev/zero >&2; i=0; while [ $i -lt 20000 ]; do "
                                 "printf '\\001\\0\\0\\0z'; i=$((i+1)); done",
-                            paths, 1, 0, UINT64_MAX, SLUICEI_EXEC_FRAMED, err, sizeof err) ==
+                            paths, 1, 0, UINT64_MAX, SLUICEI_EXEC_FRAMED, NULL, err, sizeof err) ==
           SLUICE_OK);
     size_t n = 0;
     sluice_err e;
@@ -933,7 +933,7 @@ static void test_exec_no_deadlock(void)
     CHECK(n == 20000);
     sluicei_reader_close(r);
     CHECK(sluicei_exec_open(&r, "while :; do printf '\\001\\0\\0\\0y'; done", paths, 1, 0,
-                            UINT64_MAX, SLUICEI_EXEC_FRAMED, err, sizeof err) == SLUICE_OK);
+                            UINT64_MAX, SLUICEI_EXEC_FRAMED, NULL, err, sizeof err) == SLUICE_OK);
     for (int i = 0; r && i < 3; i++)
         CHECK(sluicei_reader_next(r, &rec, err, sizeof err) == SLUICE_OK);
     sluicei_reader_close(r);   /* must return: the command is killed */
@@ -979,8 +979,8 @@ static void test_exec_msgpack(void)
     snprintf(cmd, sizeof cmd, "cat %s %s", p, p);
     sluicei_reader *r;
     const char *paths[] = {"x"};
-    CHECK(sluicei_exec_open(&r, cmd, paths, 1, 0, UINT64_MAX, SLUICEI_EXEC_MSGPACK, err,
-                            sizeof err) == SLUICE_OK);
+    CHECK(sluicei_exec_open(&r, cmd, paths, 1, 0, UINT64_MAX, SLUICEI_EXEC_MSGPACK, NULL,
+                            err, sizeof err) == SLUICE_OK);
     if (r) {
         size_t nc;
         const sluicei_column *c = sluicei_reader_columns(r, &nc);

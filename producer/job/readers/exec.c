@@ -4,7 +4,9 @@
  * /dev/null, stdout and stderr on two pipes. Both pipes are read through
  * one poll(), so a command that fills its stderr while we wait on its
  * stdout (or the other way round) never blocks: stderr is kept as a
- * 512-byte tail for the error message. */
+ * 512-byte tail for the error message. Its environment is the producer's
+ * without sluice's own variables (child_env()): the command is code run
+ * on a job's behalf and has no business with the Redis password. */
 #include "../reader.h"
 #include "mpack.h"
 #include "wire.h"
@@ -515,9 +517,39 @@ static const sluicei_reader_format exec_format = {
     .close = exec_close,
 };
 
+/* A variable the command must not see: every SLUICE_* one (the Redis
+ * password and URL, TLS keys, and whatever sluice reads in the future)
+ * and redis-cli's password. */
+static int secret(const char *kv)
+{
+    return strncmp(kv, "SLUICE_", 7) == 0 || strncmp(kv, "REDISCLI_AUTH=", 14) == 0;
+}
+
+/* The command's environment: the pointers of environ that are no secret,
+ * in a new array (the strings stay environ's); NULL when out of memory. */
+static char **child_env(void)
+{
+    size_t n = 0, k = 0;
+    while (environ[n])
+        n++;
+    char **env = malloc((n + 1) * sizeof *env);
+    if (!env)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!secret(environ[i]))
+            env[k++] = environ[i];
+    env[k] = NULL;
+    return env;
+}
+
 /* Starts the command; on failure err says why. */
 static sluice_err spawn(exec_source *s, const char *line, char *err, size_t errlen)
 {
+    char **env = child_env();
+    if (!env) {
+        snprintf(err, errlen, "exec: out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
     int out[2] = {-1, -1}, errp[2] = {-1, -1};
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
@@ -529,6 +561,7 @@ static sluice_err spawn(exec_source *s, const char *line, char *err, size_t errl
             if (errp[i] >= 0)
                 close(errp[i]);
         }
+        free(env);
         return SLUICE_ERR_SYS;
     }
     posix_spawn_file_actions_init(&fa);
@@ -551,7 +584,8 @@ static sluice_err spawn(exec_source *s, const char *line, char *err, size_t errl
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
                                         POSIX_SPAWN_SETSIGMASK);
     char *argv[] = {"sh", "-c", (char *)line, NULL};
-    int rc = posix_spawn(&s->pid, "/bin/sh", &fa, &attr, argv, environ);
+    int rc = posix_spawn(&s->pid, "/bin/sh", &fa, &attr, argv, env);
+    free(env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     close(out[1]);
@@ -568,14 +602,52 @@ static sluice_err spawn(exec_source *s, const char *line, char *err, size_t errl
     return SLUICE_OK;
 }
 
+/* Checks paths through roots into *out, the paths as resolved (an array
+ * of npaths strings, freed with free_paths()). */
+static sluice_err resolve_paths(char ***out, const sluicei_roots *roots,
+                                const char *const *paths, size_t npaths, char *err,
+                                size_t errlen)
+{
+    char **v = calloc(npaths ? npaths : 1, sizeof *v);
+    *out = v;
+    if (!v) {
+        snprintf(err, errlen, "exec: out of memory");
+        return SLUICE_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < npaths; i++) {
+        sluice_err e = sluicei_input_check(roots, paths[i], &v[i], err, errlen);
+        if (e != SLUICE_OK)
+            return e;
+    }
+    return SLUICE_OK;
+}
+
+static void free_paths(char **v, size_t n)
+{
+    if (v)
+        for (size_t i = 0; i < n; i++)
+            free(v[i]);
+    free(v);
+}
+
 sluice_err sluicei_exec_open(sluicei_reader **out, const char *cmd, const char *const *paths,
                              size_t npaths, uint64_t start, uint64_t end,
-                             sluicei_exec_mode mode, char *err, size_t errlen)
+                             sluicei_exec_mode mode, const sluicei_roots *roots, char *err,
+                             size_t errlen)
 {
     *out = NULL;
     if (start > end) {
         snprintf(err, errlen, "exec: bad range %" PRIu64 ":%" PRIu64, start, end);
         return SLUICE_ERR_INVALID;
+    }
+    char **checked = NULL;
+    if (roots) {
+        sluice_err e = resolve_paths(&checked, roots, paths, npaths, err, errlen);
+        if (e != SLUICE_OK) {
+            free_paths(checked, npaths);
+            return e;
+        }
+        paths = (const char *const *)checked;
     }
     exec_source *s = calloc(1, sizeof *s);
     char *line = NULL;
@@ -583,9 +655,11 @@ sluice_err sluicei_exec_open(sluicei_reader **out, const char *cmd, const char *
         if (s)
             free(s->cmd);
         free(s);
+        free_paths(checked, npaths);
         snprintf(err, errlen, "exec: out of memory");
         return SLUICE_ERR_NOMEM;
     }
+    free_paths(checked, npaths);
     s->base.fmt = &exec_format;
     s->mode = mode;
     s->out_fd = s->err_fd = -1;

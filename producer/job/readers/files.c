@@ -4,7 +4,9 @@
  * that is a folder stands for the regular files directly in it (symbolic
  * links followed; subfolders and names starting with '.' skipped), sorted
  * by name in byte order, so that every producer sees the same order. A
- * file larger than SLUICEI_READER_MAX_RECORD is an error. */
+ * file larger than SLUICEI_READER_MAX_RECORD is an error. Every file is
+ * opened through the reader's roots (roots.h) when it is read, so a link
+ * in a folder that leads out of the data roots fails the read. */
 #include "../reader.h"
 
 #include <dirent.h>
@@ -19,6 +21,7 @@
 
 typedef struct files_source {
     sluicei_source base;
+    const sluicei_roots *roots;   /* borrowed */
     char **names;          /* full paths, sorted */
     size_t n, next;
     unsigned char *buf;
@@ -59,13 +62,16 @@ static sluice_err add_name(files_source *s, size_t *cap, const char *dir, const 
     return SLUICE_OK;
 }
 
-/* Lists the regular files of folder path into s->names, sorted. */
-static sluice_err list_folder(files_source *s, const char *path, char *err, size_t errlen)
+/* Lists the regular files of folder path, open as fd (which this takes
+ * over), into s->names, sorted. */
+static sluice_err list_folder(files_source *s, const char *path, int fd, char *err,
+                              size_t errlen)
 {
     size_t cap = 0;
-    DIR *d = opendir(path);
+    DIR *d = fdopendir(fd);
     if (!d) {
         snprintf(err, errlen, "%s: opendir: %s", path, strerror(errno));
+        close(fd);
         return SLUICE_ERR_SYS;
     }
     struct dirent *de;
@@ -95,12 +101,14 @@ static sluice_err list_folder(files_source *s, const char *path, char *err, size
     return e;
 }
 
-static sluice_err files_open(sluicei_source **out, const char *const *paths, const char *arg,
-                             char *err, size_t errlen)
+static sluice_err files_open(sluicei_source **out, const sluicei_roots *roots,
+                             const char *const *paths, const char *arg, char *err,
+                             size_t errlen)
 {
     const char *path = paths[0];
     struct stat st;
     size_t cap = 0;
+    int fd;
     sluice_err e;
     (void)arg;
     *out = NULL;
@@ -110,13 +118,15 @@ static sluice_err files_open(sluicei_source **out, const char *const *paths, con
         return SLUICE_ERR_NOMEM;
     }
     s->base.fmt = &sluicei_reader_files;
-    if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "%s: open: %s", path, strerror(errno));
-        e = SLUICE_ERR_SYS;
-    } else if (S_ISDIR(st.st_mode)) {
-        e = list_folder(s, path, err, errlen);
-    } else if ((e = add_name(s, &cap, "", path)) != SLUICE_OK) {
-        snprintf(err, errlen, "%s: out of memory", path);
+    s->roots = roots;
+    e = sluicei_input_open(roots, path, SLUICEI_INPUT_FOLDER, &fd, &st, err, errlen);
+    if (e == SLUICE_OK && S_ISDIR(st.st_mode)) {
+        e = list_folder(s, path, fd, err, errlen);
+    } else if (e == SLUICE_OK) {
+        /* Opened again when read, and checked again then. */
+        close(fd);
+        if ((e = add_name(s, &cap, "", path)) != SLUICE_OK)
+            snprintf(err, errlen, "%s: out of memory", path);
     }
     if (e != SLUICE_OK) {
         files_close(&s->base);
@@ -133,14 +143,10 @@ static sluice_err files_next(sluicei_source *base, sluice_record *rec, char *err
         return SLUICE_EOF;
     const char *path = s->names[s->next];
     struct stat st;
-    sluice_err e = SLUICE_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        snprintf(err, errlen, "%s: open: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return SLUICE_ERR_SYS;
-    }
+    int fd;
+    sluice_err e = sluicei_input_open(s->roots, path, 0, &fd, &st, err, errlen);
+    if (e != SLUICE_OK)
+        return e;
     if (!S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "%s: not a regular file", path);
         close(fd);

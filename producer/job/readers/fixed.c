@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define IO_BUFFER_BYTES ((size_t)256 << 10)
 
@@ -71,11 +72,13 @@ static sluice_err fail_sys(fixed_source *s, const char *call, int errnum, char *
     return SLUICE_ERR_SYS;
 }
 
-static sluice_err fixed_open(sluicei_source **out, const char *const *paths, const char *arg,
-                             char *err, size_t errlen)
+static sluice_err fixed_open(sluicei_source **out, const sluicei_roots *roots,
+                             const char *const *paths, const char *arg, char *err,
+                             size_t errlen)
 {
     struct stat st;
     size_t size;
+    int fd;
     sluice_err e = SLUICE_OK;
     *out = NULL;
     if (parse_size(arg, &size) != 0)
@@ -88,11 +91,16 @@ static sluice_err fixed_open(sluicei_source **out, const char *const *paths, con
     }
     s->base.fmt = &sluicei_reader_fixed;
     s->size = size;
-    if (!(s->f = fopen(s->path, "rb")))
-        e = fail_sys(s, "open", errno, err, errlen);
-    else if (fstat(fileno(s->f), &st) != 0)
-        e = fail_sys(s, "fstat", errno, err, errlen);
-    else if (!S_ISREG(st.st_mode)) {
+    e = sluicei_input_open(roots, s->path, 0, &fd, &st, err, errlen);
+    if (e == SLUICE_OK && !(s->f = fdopen(fd, "rb"))) {
+        e = fail_sys(s, "fdopen", errno, err, errlen);
+        close(fd);
+    }
+    if (e != SLUICE_OK) {
+        fixed_close(&s->base);
+        return e;
+    }
+    if (!S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "%s: not a regular file (fixed:SIZE needs the file size)",
                  s->path);
         e = SLUICE_ERR_INVALID;

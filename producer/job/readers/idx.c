@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define MAX_DIM ((uint64_t)1 << 24)
@@ -86,14 +87,13 @@ static size_t gz_read_all(gzFile gz, void *p, size_t len)
     return have;
 }
 
-/* zlib's message for the last error, without the "PATH: " it prefixes. */
+/* zlib's message for the last error, without the "<fd:N>: " it prefixes
+ * (the file is opened by descriptor; messages name f->path instead). */
 static const char *zmsg(idx_file *f, int *zerr)
 {
     const char *msg = gzerror(f->gz, zerr);
-    size_t n = strlen(f->path);
-    if (strncmp(msg, f->path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
-        msg += n + 2;
-    return msg;
+    const char *end = strncmp(msg, "<fd:", 4) == 0 ? strstr(msg, ">: ") : NULL;
+    return end ? end + 3 : msg;
 }
 
 /* Explains a short read of row k of f. */
@@ -130,31 +130,27 @@ static sluice_err header_fail(idx_file *f, unsigned at, const char *what, char *
     return SLUICE_ERR_FORMAT;
 }
 
-/* Opens f->path and reads and checks its header. */
-static sluice_err open_file(idx_file *f, char *err, size_t errlen)
+/* Opens f->path through roots and reads and checks its header. */
+static sluice_err open_file(idx_file *f, const sluicei_roots *roots, char *err, size_t errlen)
 {
     unsigned char hdr[4 + 4 * SLUICE_MAX_DIMS];
     struct stat st;
-    FILE *probe = fopen(f->path, "rb");
-    if (!probe || fstat(fileno(probe), &st) != 0) {
-        snprintf(err, errlen, "%s: open: %s", f->path, strerror(errno));
-        if (probe)
-            fclose(probe);
-        return SLUICE_ERR_SYS;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        fclose(probe);
-        snprintf(err, errlen, "%s: open: %s", f->path, strerror(EISDIR));
-        return SLUICE_ERR_SYS;
-    }
+    int fd;
+    sluice_err e = sluicei_input_open(roots, f->path, 0, &fd, &st, err, errlen);
+    if (e != SLUICE_OK)
+        return e;
+    /* The first two bytes, read in place (pread), tell gzip. A stream that
+     * cannot seek (no policy: a pipe) is treated as gzip is: read through,
+     * its header's sizes not trusted before the data arrives. */
     unsigned char magic[2] = {0, 0};
-    size_t nm = fread(magic, 1, 2, probe);
-    fclose(probe);
-    f->gzip = nm == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    ssize_t nm = S_ISREG(st.st_mode) ? pread(fd, magic, 2, 0) : 0;
+    f->gzip = !S_ISREG(st.st_mode) || (nm == 2 && magic[0] == 0x1f && magic[1] == 0x8b);
     /* zlib reads a plain file as is ("transparent"), so one code path
-     * serves both; the probe above only decides which checks apply. */
-    if (!(f->gz = gzopen(f->path, "rb"))) {
+     * serves both; the probe above only decides which checks apply. The
+     * same descriptor: what was checked is what is read. */
+    if (!(f->gz = gzdopen(fd, "rb"))) {
         snprintf(err, errlen, "%s: open: %s", f->path, strerror(errno ? errno : ENOMEM));
+        close(fd);
         return SLUICE_ERR_SYS;
     }
     gzbuffer(f->gz, GZ_BUFFER_BYTES);
@@ -221,8 +217,8 @@ static void idx_close(sluicei_source *base)
     free(s);
 }
 
-static sluice_err idx_open(sluicei_source **out, const char *const *paths, const char *arg,
-                           char *err, size_t errlen)
+static sluice_err idx_open(sluicei_source **out, const sluicei_roots *roots,
+                           const char *const *paths, const char *arg, char *err, size_t errlen)
 {
     sluice_err e = SLUICE_OK;
     (void)arg;
@@ -234,7 +230,7 @@ static sluice_err idx_open(sluicei_source **out, const char *const *paths, const
     s->f[0].what = "image";
     s->f[1].what = "label";
     for (int i = 0; i < 2 && e == SLUICE_OK; i++)
-        e = open_file(&s->f[i], err, errlen);
+        e = open_file(&s->f[i], roots, err, errlen);
     if (e == SLUICE_OK && s->f[0].n != s->f[1].n) {
         snprintf(err, errlen, "idx: %s holds %" PRIu64 " images but %s holds %" PRIu64
                  " labels", s->f[0].path, s->f[0].n, s->f[1].path, s->f[1].n);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define BUF_INITIAL ((size_t)256 << 10)
 
@@ -44,12 +45,14 @@ static void lines_close(sluicei_source *base)
     free(r);
 }
 
-static sluice_err lines_open(sluicei_source **out, const char *const *paths, const char *arg,
-                          char *err, size_t errlen)
+static sluice_err lines_open(sluicei_source **out, const sluicei_roots *roots,
+                             const char *const *paths, const char *arg, char *err,
+                             size_t errlen)
 {
     const char *path = paths[0];
     (void)arg;
     struct stat st;
+    int fd = -1;
     lines_reader *r = calloc(1, sizeof *r);
     *out = NULL;
     if (!r || !(r->path = strdup(path)) || !(r->buf = malloc(BUF_INITIAL))) {
@@ -62,14 +65,11 @@ static sluice_err lines_open(sluicei_source **out, const char *const *paths, con
     }
     r->base.fmt = &sluicei_reader_lines;
     r->cap = BUF_INITIAL;
-    r->f = fopen(path, "rb");
-    sluice_err e = SLUICE_OK;
-    if (!r->f)
-        e = fail_sys(r, "open", errno, err, errlen);
-    else if (fstat(fileno(r->f), &st) != 0)
-        e = fail_sys(r, "fstat", errno, err, errlen);
-    else if (S_ISDIR(st.st_mode))
-        e = fail_sys(r, "open", EISDIR, err, errlen);
+    sluice_err e = sluicei_input_open(roots, path, 0, &fd, &st, err, errlen);
+    if (e == SLUICE_OK && !(r->f = fdopen(fd, "rb"))) {
+        e = fail_sys(r, "fdopen", errno, err, errlen);
+        close(fd);
+    }
     if (e != SLUICE_OK) {
         lines_close(&r->base);
         return e;

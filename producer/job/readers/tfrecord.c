@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define HEADER_BYTES 12
 #define FOOTER_BYTES 4
@@ -73,8 +74,8 @@ static void tf_close(sluicei_source *base)
     free(r);
 }
 
-static sluice_err tf_open(sluicei_source **out, const char *const *paths, const char *arg,
-                          char *err, size_t errlen)
+static sluice_err tf_open(sluicei_source **out, const sluicei_roots *roots,
+                          const char *const *paths, const char *arg, char *err, size_t errlen)
 {
     const char *path = paths[0];
     (void)arg;
@@ -90,19 +91,13 @@ static sluice_err tf_open(sluicei_source **out, const char *const *paths, const 
         return SLUICE_ERR_NOMEM;
     }
     r->base.fmt = &sluicei_reader_tfrecord;
-    r->f = fopen(path, "rb");
-    if (!r->f) {
-        sluice_err e = fail_sys(r, "open", errno, err, errlen);
-        tf_close(&r->base);
-        return e;
+    int fd;
+    sluice_err e = sluicei_input_open(roots, path, 0, &fd, &st, err, errlen);
+    if (e == SLUICE_OK && !(r->f = fdopen(fd, "rb"))) {
+        e = fail_sys(r, "fdopen", errno, err, errlen);
+        close(fd);
     }
-    if (fstat(fileno(r->f), &st) != 0) {
-        sluice_err e = fail_sys(r, "fstat", errno, err, errlen);
-        tf_close(&r->base);
-        return e;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        sluice_err e = fail_sys(r, "open", EISDIR, err, errlen);
+    if (e != SLUICE_OK) {
         tf_close(&r->base);
         return e;
     }
