@@ -322,8 +322,11 @@ static int delete_partitions_all(ctl *x)
         if (e != SLUICE_OK) {
             if (r)
                 ctl_script_failed(x, SLUICEI_SCRIPT_DELETE, ctl_pname(x, p), e, &r, 0);
-            fprintf(stderr, "sluice-ctl: queue '%s' is deleted only in part: run the delete "
-                    "again to finish it\n", x->q);
+            /* A user without the admin's rights is refused at the first
+             * step: nothing was deleted. */
+            if (!(e == SLUICE_ERR_AUTH && p == ctl_nparts(x) - 1 && keys == 0))
+                fprintf(stderr, "sluice-ctl: queue '%s' is deleted only in part: run the "
+                        "delete again to finish it\n", x->q);
             return SLUICEI_EXIT_RUNTIME;
         }
     }

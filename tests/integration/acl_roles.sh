@@ -200,6 +200,7 @@ for cmd in "delete $q" "dead $q --purge" "submit $q --manifest $T/train.manifest
     out=$(refused "consumer: $name" "$BUILD/sluice-ctl" --redis "$C" $cmd)
     grep -q "permission denied: Redis refused the $script script, which is the admin role's" \
         <<<"$out" || fail "consumer: $name: the error does not name the script and role: $out"
+    ! grep -q "deleted only in part" <<<"$out" || fail "consumer: $name: says a part was deleted: $out"
 done
 out=$(as "$q-consumer" DEL "sluice:{$q}:meta" 2>&1)
 [[ $out == NOPERM* ]] || fail "consumer: DEL meta: $out"
