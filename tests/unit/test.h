@@ -40,5 +40,6 @@ extern const struct test batcher_tests[];
 extern const struct test idset_tests[];
 extern const struct test room_tests[];
 extern const struct test abi_tests[];
+extern const struct test reply_tests[];
 
 #endif
