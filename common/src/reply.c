@@ -51,6 +51,18 @@ void sluicei_reply_limits_for(size_t frame_max, size_t frames, size_t *max_strin
 
 /* ---- counting the objects of a reply ---------------------------------- */
 
+/* Whether t starts a reply (of the given type) that no request of an
+ * async context awaits. hiredis parses one reply at a time and hands it
+ * to its request before it parses the next, so when a reply starts, the
+ * first request waiting is its own. */
+static int unasked(sluicei_reply_guard *g, const redisReadTask *t)
+{
+    if (t->parent || !g->expect || g->expect->head || t->type == REDIS_REPLY_ERROR)
+        return 0;
+    snprintf(g->why, sizeof g->why, "reply malformed: a reply to no request");
+    return 1;
+}
+
 /* Charges cost to the reply task t belongs to (a task without a parent
  * starts a new reply). Returns 0, or -1 with g->why set (first failure). */
 static int charge(sluicei_reply_guard *g, const redisReadTask *t, size_t cost)
@@ -70,6 +82,8 @@ static int charge(sluicei_reply_guard *g, const redisReadTask *t, size_t cost)
 static void *guarded_string(const redisReadTask *t, char *s, size_t len)
 {
     sluicei_reply_guard *g = t->privdata;
+    if (unasked(g, t))
+        return NULL;
     if (len > g->max_string) {
         snprintf(g->why, sizeof g->why, "reply too large: a string of %zu bytes (at most %zu)",
                  len, g->max_string);
@@ -84,6 +98,8 @@ static void *guarded_array(const redisReadTask *t, int n)
 {
     sluicei_reply_guard *g = t->privdata;
     size_t cost = OBJ_COST;
+    if (unasked(g, t))
+        return NULL;
     if (n > 0)
         cost += (size_t)n * sizeof(redisReply *) + ALLOC_OVERHEAD;
     if (charge(g, t, cost) != 0) {
@@ -99,13 +115,13 @@ static void *guarded_array(const redisReadTask *t, int n)
 static void *guarded_integer(const redisReadTask *t, long long v)
 {
     sluicei_reply_guard *g = t->privdata;
-    return charge(g, t, OBJ_COST) == 0 ? g->base->createInteger(t, v) : NULL;
+    return !unasked(g, t) && charge(g, t, OBJ_COST) == 0 ? g->base->createInteger(t, v) : NULL;
 }
 
 static void *guarded_nil(const redisReadTask *t)
 {
     sluicei_reply_guard *g = t->privdata;
-    return charge(g, t, OBJ_COST) == 0 ? g->base->createNil(t) : NULL;
+    return !unasked(g, t) && charge(g, t, OBJ_COST) == 0 ? g->base->createNil(t) : NULL;
 }
 
 /* Never written: the functions find their guard in the task. freeObject
@@ -123,8 +139,15 @@ void sluicei_reply_guard_attach(sluicei_reply_guard *g, redisContext *ctx)
     g->base = base;
     g->used = 0;
     g->why[0] = '\0';
+    g->expect = NULL;
     r->privdata = g;
     r->fn = &guarded_fns;
+}
+
+void sluicei_reply_guard_attach_async(sluicei_reply_guard *g, redisAsyncContext *ac)
+{
+    sluicei_reply_guard_attach(g, &ac->c);
+    g->expect = &ac->replies;
 }
 
 /* ---- what the reader holds unparsed ----------------------------------- */

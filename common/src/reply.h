@@ -26,13 +26,17 @@
  *
  * A limit broken ends the connection: the context gets err
  * REDIS_ERR_PROTOCOL and an errstr that says which limit and the size
- * ("reply too large: a string of 9999999999 bytes (at most 68157440)").
+ * ("reply too large: a string of 9999999999 bytes (at most 68157440)"),
+ * and the guard keeps that text in why. (An async context broken while
+ * hiredis parses reports "Out of memory", hiredis's name for any failure
+ * of the reply functions: its owner reads the guard's why instead.)
  * A guard is the caller's: it must outlive the parsing of its context (in
  * practice, the context); freeing the context leaves the guard alone.
  * Not thread-safe: a guard belongs to its context's thread. */
 #ifndef SLUICE_REPLY_H
 #define SLUICE_REPLY_H
 
+#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +58,8 @@ typedef struct sluicei_reply_guard {
     size_t max_string;   /* bytes of one bulk string */
     size_t max_reply;    /* bytes the objects of one reply may take */
     size_t used;         /* by the reply being read */
+    const redisCallbackList *expect; /* an async context's requests awaiting a
+                                        reply; NULL for a blocking context */
     char why[120];       /* the limit broken; empty while none was */
 } sluicei_reply_guard;
 
@@ -66,9 +72,14 @@ void sluicei_reply_guard_init(sluicei_reply_guard *g, size_t max_string, size_t 
 void sluicei_reply_limits_for(size_t frame_max, size_t frames, size_t *max_string,
                               size_t *max_reply);
 
-/* Installs g on ctx's reader, with its state cleared (for a new context).
- * Works for the context of an async context (&ac->c) too. */
+/* Installs g on ctx's reader, with its state cleared (for a new context). */
 void sluicei_reply_guard_attach(sluicei_reply_guard *g, redisContext *ctx);
+
+/* The same for an async context, where g also refuses a reply that no
+ * request awaits (hiredis 0.14 asserts on one, i.e. aborts the process),
+ * unless it is an error reply (hiredis ends the connection with it: "max
+ * number of clients reached"). */
+void sluicei_reply_guard_attach_async(sluicei_reply_guard *g, redisAsyncContext *ac);
 
 /* Checks what ctx's reader holds unparsed against g, after a parse: a
  * string declared larger than max_string, or more unparsed bytes than one

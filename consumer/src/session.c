@@ -83,7 +83,8 @@ void session_fail(sluice_consumer *c, const char *fmt, ...)
  * what its reader holds unparsed (reply.h), and a limit broken ends the
  * connection (its disconnect callback gets the limit as the error) instead
  * of letting the peer fill memory. A limit broken while hiredis parses
- * ends it the same way, from inside the parse. */
+ * ends it the same way, from inside the parse; so does a reply that no
+ * request awaits, on which hiredis would abort the process. */
 typedef struct glue {
     redisAsyncContext *ac;
     sluicei_reply_guard *guard;
@@ -156,7 +157,7 @@ static int glue_attach(redisAsyncContext *ac, struct event_base *base, sluicei_r
         glue_cleanup(e);
         return REDIS_ERR;
     }
-    sluicei_reply_guard_attach(g, &ac->c);
+    sluicei_reply_guard_attach_async(g, ac);
     ac->ev.addRead = glue_add_read;
     ac->ev.delRead = glue_del_read;
     ac->ev.addWrite = glue_add_write;

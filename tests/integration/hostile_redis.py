@@ -9,6 +9,7 @@ of absurd size followed by endless bytes, until the client hangs up.
   --mode elements  *10000000 and endless :1 elements (each one small)
   --mode line      a status line that never ends
   --mode nested    *1 *1 ... an array nested 100 deep
+  --mode spurious  +OK again and again, replies to nothing
 
 Writes the port it listens on to --port-file; logs every hostile answer
 (connection, bytes sent before the client hung up) to stderr.
@@ -27,6 +28,7 @@ HEADS = {
     "elements": (b"*10000000\r\n", b":1\r\n" * 16384),
     "line": (b"+", b"y" * 65536),
     "nested": (b"*1\r\n" * 100, b":1\r\n" * 16384),
+    "spurious": (b"", b"+OK\r\n" * 16384),
 }
 
 

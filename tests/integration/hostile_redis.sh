@@ -7,10 +7,14 @@
 #   array     *2147483647            (an array, declared)
 #   elements  *10000000 of :1 each   (a reply that grows one object at a time)
 #   line      a status line that never ends
+#   spurious  +OK again and again: replies nobody asked for (hiredis
+#             alone asserts on one in an async context: the process aborts)
 # sluice-ctl, sluice-producer, sluice-consume and the Python binding get it
 # as the answer to their first command; sluice-consume also on its event
 # loop's data connection (the GET/MGET of a frame, after open went well),
-# sluice-producer in the middle of a push (MSET), sluice-ctl on a list.
+# sluice-producer in the middle of a push (MSET), sluice-ctl on a list;
+# sluice-consume gets the spurious replies on its hand connection, whose
+# replies are off (CLIENT REPLY OFF).
 # Each must exit non-zero within the timeout with an error naming the
 # proxy's address and the limit or size, its peak RSS (GNU time) below
 # 200 MB. The valid queue behind the proxy is then read in full directly.
@@ -120,6 +124,10 @@ for mode in bulk array; do
     hostile "consume-fetch-$mode" "${EXPECT[$mode]}" "$BUILD/sluice-consume" --redis "$HP_URL" \
         --queue "$q" --quiet --timeout-ms 30000
 done
+# Replies after CLIENT REPLY OFF: an error, not an abort.
+proxy spurious '\$5\r\nREPLY\r\n' "$up"
+hostile consume-unasked "reply malformed: a reply to no request" "$BUILD/sluice-consume" \
+    --redis "$HP_URL" --queue "$q" --quiet --timeout-ms 30000
 # The producer's pipelined pushes: MULTI, MSET of the frames, EVALSHA, EXEC.
 proxy bulk '\$4\r\nMSET\r\n' "$up"
 hostile producer-push "${EXPECT[bulk]}" "$BUILD/sluice-producer" --redis "$HP_URL" \

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 typedef struct side {
@@ -232,6 +233,69 @@ static void test_ready(void)
     close_side(&s);
 }
 
+/* What the async test's callbacks saw. */
+static int pings, disconnects, disconnect_status;
+static char disconnect_err[128];
+
+static void on_ping(redisAsyncContext *ac, void *reply, void *priv)
+{
+    (void)ac;
+    (void)priv;
+    redisReply *r = reply;
+    pings += r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0;
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    disconnects++;
+    disconnect_status = status;
+    snprintf(disconnect_err, sizeof disconnect_err, "%s", ac->errstr ? ac->errstr : "");
+}
+
+/* An async context that gets two replies to one request: the second ends
+ * the connection with an error, where hiredis alone aborts the process. */
+static void test_unasked(void)
+{
+    char dir[] = "/tmp/sluice-unit-XXXXXX", path[64];
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int l = -1, s = -1;
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/sock", dir);
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    CHECK((l = socket(AF_UNIX, SOCK_STREAM, 0)) >= 0);
+    CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 4) == 0);
+    redisAsyncContext *ac = redisAsyncConnectUnix(path);
+    CHECK(ac && !ac->err);
+    if (ac && !ac->err && (s = accept(l, NULL, NULL)) >= 0) {
+        sluicei_reply_guard g;
+        sluicei_reply_guard_init(&g, 0, 0);
+        sluicei_reply_guard_attach_async(&g, ac);
+        redisAsyncSetDisconnectCallback(ac, on_disconnect);
+        pings = disconnects = 0;
+        CHECK(redisAsyncCommand(ac, on_ping, NULL, "PING") == REDIS_OK);
+        const char twice[] = "+OK\r\n+OK\r\n";
+        CHECK(write(s, twice, sizeof twice - 1) == (ssize_t)(sizeof twice - 1));
+        /* Reads both, hands the first to PING, ends at the second (and
+         * frees ac). */
+        redisAsyncHandleRead(ac);
+        CHECK(pings == 1);
+        CHECK(disconnects == 1 && disconnect_status == REDIS_ERR);
+        /* hiredis names any failure of the reply functions "Out of
+         * memory"; the guard says what it was. */
+        CHECK(disconnect_err[0] != '\0');
+        CHECK(sluicei_reply_guard_tripped(&g));
+        CHECK(strcmp(g.why, "reply malformed: a reply to no request") == 0);
+    } else if (ac) {
+        redisAsyncFree(ac);
+    }
+    if (s >= 0)
+        close(s);
+    if (l >= 0)
+        close(l);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_limits_for(void)
 {
     size_t ms, mr;
@@ -251,6 +315,7 @@ const struct test reply_tests[] = {
     {"reply/whole reply too large", test_total},
     {"reply/endless lines", test_lines},
     {"reply/without waiting", test_ready},
+    {"reply/a reply to no request", test_unasked},
     {"reply/limits of a consumer", test_limits_for},
     {NULL, NULL},
 };
