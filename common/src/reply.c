@@ -51,7 +51,7 @@ void sluicei_reply_limits_for(size_t frame_max, size_t frames, size_t *max_strin
 
 /* ---- counting the objects of a reply ---------------------------------- */
 
-/* Whether t starts a reply (of the given type) that no request of an
+/* Whether t starts a reply that no request of an
  * async context awaits. hiredis parses one reply at a time and hands it
  * to its request before it parses the next, so when a reply starts, the
  * first request waiting is its own. */
