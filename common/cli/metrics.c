@@ -417,8 +417,9 @@ static void conn_answer(hconn *h, int status, const char *reason, const char *ct
     if (blen)
         memcpy(h->out + n, body, blen);
     h->olen = (size_t)n + blen;
+    /* What the socket does not take now, on_writable() sends later; h may
+     * be gone after this. */
     conn_flush(h);
-    /* Still writing: on_writable goes on when the socket has room. */
 }
 
 static void conn_text(hconn *h, int status, const char *reason, const char *extra,
