@@ -1,5 +1,16 @@
 /* The Prometheus endpoint of metrics.h: text writer, address checks, and
- * an evhttp server on a thread of its own.
+ * a small HTTP/1.x server on a thread of its own.
+ *
+ * The server is the peer's adversary, not its host: it answers GET and
+ * HEAD of /metrics and /healthz, one request per connection, and bounds
+ * everything a client could use up. At most MAX_CONNS connections (and no
+ * more than an eighth of the process's file descriptor limit) are served
+ * at once; one more is accepted, told 503 and closed at once. A request's
+ * headers may take MAX_HEADERS_BYTES; a connection lives
+ * REQUEST_TIMEOUT_S from accept to the last byte of its answer, however
+ * slowly its bytes trickle in. When accept() fails for want of file
+ * descriptors or memory the listener rests ACCEPT_PAUSE_MS instead of
+ * being woken again and again by the connection it cannot take.
  *
  * Stopping: the server thread's event_base watches the read end of a pipe;
  * close() writes a byte to it, which breaks the loop from inside (a plain
@@ -9,9 +20,6 @@
 #include "metrics.h"
 
 #include <event2/event.h>
-#include <event2/buffer.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <time.h>
@@ -30,14 +39,29 @@
 
 #define REFRESH_MS_DEFAULT 1000
 #define LISTEN_BACKLOG 64
-/* A scrape that has not sent its request within this long is dropped. */
-#define HTTP_TIMEOUT_S 10
+/* Connections served at once (fewer when the fd limit is below 8 times
+ * this): each takes a file descriptor, which the data path needs more. */
+#define MAX_CONNS 32
+/* From accept to the last byte of the answer. */
+#define REQUEST_TIMEOUT_S 10
+/* The request line and headers, with the blank line that ends them. */
 #define MAX_HEADERS_BYTES 8192
+/* accept() failed for want of descriptors or memory: listen again after. */
+#define ACCEPT_PAUSE_MS 1000
+/* Connections taken per wake-up of the listener. */
+#define ACCEPT_BURST 64
+/* Where an empty HOST (":PORT") listens. */
+#define DEFAULT_HOST "127.0.0.1"
 #define MAX_HOST 256
+
+typedef struct hconn hconn;
 
 struct sluicei_metrics {
     struct event_base *base;      /* used only by the server thread once it runs */
-    struct evhttp *http;
+    int listen_fd;
+    struct event *listen_ev, *pause_ev;
+    hconn *conns;                 /* those served now, a list */
+    int nconns, max_conns;
     struct event *wake_ev;
     int wake[2];                  /* pipe: close() writes, the server thread stops */
     pthread_t server, refresher;
@@ -175,7 +199,7 @@ void sluicei_mtext_sample(sluicei_mtext *t, const char *name, const char *const 
 
 /* ---- addresses ------------------------------------------------------------ */
 
-/* Splits addr into host (empty: every address) and port, checking the
+/* Splits addr into host (empty: loopback) and port, checking the
  * form. Returns 0, or -1 with err set. */
 static int split_addr(const char *flag, const char *addr, char *host, char *port,
                       char *err, size_t errlen)
@@ -184,7 +208,7 @@ static int split_addr(const char *flag, const char *addr, char *host, char *port
     size_t hlen;
     const char *h = addr;
     if (!addr || !*addr) {
-        seterr(err, errlen, "%s needs HOST:PORT (e.g. 0.0.0.0:9100)", flag);
+        seterr(err, errlen, "%s needs HOST:PORT (e.g. 127.0.0.1:9100)", flag);
         return -1;
     }
     if (addr[0] == '[') {
@@ -199,7 +223,7 @@ static int split_addr(const char *flag, const char *addr, char *host, char *port
     } else {
         colon = strrchr(addr, ':');
         if (!colon) {
-            seterr(err, errlen, "%s '%s' has no port: give HOST:PORT (e.g. 0.0.0.0:9100)",
+            seterr(err, errlen, "%s '%s' has no port: give HOST:PORT (e.g. 127.0.0.1:9100)",
                    flag, addr);
             return -1;
         }
@@ -241,7 +265,8 @@ static int resolve(const char *flag, const char *addr, const char *host, const c
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int rc = getaddrinfo(*host ? host : NULL, port, &hints, res);
+    /* No host (":PORT"): loopback; every address must be asked for. */
+    int rc = getaddrinfo(*host ? host : DEFAULT_HOST, port, &hints, res);
     if (rc != 0) {
         seterr(err, errlen, "%s '%s': host '%s' does not resolve: %s", flag, addr, host,
                gai_strerror(rc));
@@ -294,36 +319,307 @@ static int listen_on(const char *addr, struct addrinfo *res, char *err, size_t e
 
 /* ---- server --------------------------------------------------------------- */
 
-static void on_request(struct evhttp_request *req, void *arg)
+/* One connection: its request read into req, then its answer written
+ * from out; closed after the answer, or at its deadline. */
+struct hconn {
+    sluicei_metrics *m;
+    int fd;
+    struct event *rev, *wev;     /* reading the request; writing the answer */
+    struct event *deadline;
+    char *out;                   /* the answer, malloc'd */
+    size_t olen, osent;
+    int answered;                /* out is all sent: what comes in is read and dropped */
+    hconn *prev, *next;
+    size_t rlen;
+    char req[MAX_HEADERS_BYTES];
+};
+
+static void conn_close(hconn *h)
 {
-    sluicei_metrics *m = arg;
-    const char *uri = evhttp_request_get_uri(req);
-    size_t plen = strcspn(uri, "?#");
-    struct evbuffer *body = evhttp_request_get_output_buffer(req);
-    struct evkeyvalq *hdr = evhttp_request_get_output_headers(req);
-    if (plen == 8 && strncmp(uri, "/metrics", 8) == 0) {
-        sluicei_mtext t = {0};
-        m->render(&t, m->arg);
-        if (t.failed) {
-            sluicei_mtext_free(&t);
-            evbuffer_add_printf(body, "out of memory\n");
-            evhttp_add_header(hdr, "Content-Type", "text/plain; charset=utf-8");
-            evhttp_send_reply(req, 500, "Internal Server Error", body);
+    sluicei_metrics *m = h->m;
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        m->conns = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    m->nconns--;
+    if (h->rev)
+        event_free(h->rev);
+    if (h->wev)
+        event_free(h->wev);
+    if (h->deadline)
+        event_free(h->deadline);
+    close(h->fd);
+    free(h->out);
+    free(h);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg);
+
+/* Writes what is left of the answer. Once it is all out, the connection
+ * is shut for writing and read until the client closes it (or the
+ * deadline), so that what the client sent beyond the request (the rest of
+ * headers too long) does not reset the connection before it read the
+ * answer. */
+static void conn_flush(hconn *h)
+{
+    while (h->osent < h->olen) {
+        ssize_t w = send(h->fd, h->out + h->osent, h->olen - h->osent, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!h->wev && (!(h->wev = event_new(h->m->base, h->fd, EV_WRITE | EV_PERSIST,
+                                                  on_writable, h)) ||
+                            event_add(h->wev, NULL) != 0))
+                break;
             return;
         }
-        evbuffer_add(body, t.buf ? t.buf : "", t.len);
-        sluicei_mtext_free(&t);
-        evhttp_add_header(hdr, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
-        evhttp_send_reply(req, 200, "OK", body);
-    } else if (plen == 8 && strncmp(uri, "/healthz", 8) == 0) {
-        evbuffer_add_printf(body, "ok\n");
-        evhttp_add_header(hdr, "Content-Type", "text/plain; charset=utf-8");
-        evhttp_send_reply(req, 200, "OK", body);
-    } else {
-        evbuffer_add_printf(body, "not found: try /metrics or /healthz\n");
-        evhttp_add_header(hdr, "Content-Type", "text/plain; charset=utf-8");
-        evhttp_send_reply(req, 404, "Not Found", body);
+        if (w <= 0)
+            break;
+        h->osent += (size_t)w;
     }
+    if (h->osent < h->olen || shutdown(h->fd, SHUT_WR) != 0 || event_add(h->rev, NULL) != 0) {
+        conn_close(h);
+        return;
+    }
+    if (h->wev)
+        event_del(h->wev);
+    h->answered = 1;
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_flush(arg);
+}
+
+/* Builds the answer (status, a plain-text body unless head) and starts
+ * writing it. */
+static void conn_answer(hconn *h, int status, const char *reason, const char *ctype,
+                        const char *extra, const char *body, size_t blen, int head)
+{
+    char hdr[512];
+    int n = snprintf(hdr, sizeof hdr,
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
+                     "Connection: close\r\n\r\n",
+                     status, reason, ctype, blen, extra ? extra : "");
+    if (head)
+        blen = 0;
+    event_del(h->rev);
+    h->out = malloc((size_t)n + blen);
+    if (!h->out) {
+        conn_close(h);
+        return;
+    }
+    memcpy(h->out, hdr, (size_t)n);
+    if (blen)
+        memcpy(h->out + n, body, blen);
+    h->olen = (size_t)n + blen;
+    /* What the socket does not take now, on_writable() sends later; h may
+     * be gone after this. */
+    conn_flush(h);
+}
+
+static void conn_text(hconn *h, int status, const char *reason, const char *extra,
+                      const char *text, int head)
+{
+    conn_answer(h, status, reason, "text/plain; charset=utf-8", extra, text, strlen(text), head);
+}
+
+/* Answers the request in req, whose headers are complete. */
+static void conn_request(hconn *h)
+{
+    sluicei_metrics *m = h->m;
+    /* The request line: METHOD SP TARGET SP HTTP/1.x */
+    char line[MAX_HEADERS_BYTES];
+    size_t n = 0;
+    while (n < h->rlen && h->req[n] != '\r' && h->req[n] != '\n')
+        n++;
+    memcpy(line, h->req, n);
+    line[n] = '\0';
+    char *method = line, *target = NULL, *version = NULL, *sp;
+    if ((sp = strchr(method, ' '))) {
+        *sp = '\0';
+        target = sp + 1;
+        if ((sp = strchr(target, ' '))) {
+            *sp = '\0';
+            version = sp + 1;
+        }
+    }
+    if (!version || !*method || *target != '/' || strchr(version, ' ') ||
+        strncmp(version, "HTTP/1.", 7) != 0) {
+        conn_text(h, 400, "Bad Request", NULL, "malformed request\n", 0);
+        return;
+    }
+    int head = strcmp(method, "HEAD") == 0;
+    if (!head && strcmp(method, "GET") != 0) {
+        conn_text(h, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
+                  "only GET and HEAD are served\n", 0);
+        return;
+    }
+    size_t plen = strcspn(target, "?#");
+    if (plen == 8 && strncmp(target, "/metrics", 8) == 0) {
+        sluicei_mtext t = {0};
+        m->render(&t, m->arg);
+        if (t.failed)
+            conn_text(h, 500, "Internal Server Error", NULL, "out of memory\n", head);
+        else
+            conn_answer(h, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL,
+                        t.buf ? t.buf : "", t.len, head);
+        sluicei_mtext_free(&t);
+    } else if (plen == 8 && strncmp(target, "/healthz", 8) == 0) {
+        conn_text(h, 200, "OK", NULL, "ok\n", head);
+    } else {
+        conn_text(h, 404, "Not Found", NULL, "not found: try /metrics or /healthz\n", head);
+    }
+}
+
+/* Whether req[0..len) holds the blank line that ends the headers. */
+static int headers_end(const char *req, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (req[i] != '\n')
+            continue;
+        if (req[i + 1] == '\n' || (req[i + 1] == '\r' && i + 2 < len && req[i + 2] == '\n'))
+            return 1;
+    }
+    return 0;
+}
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    hconn *h = arg;
+    (void)what;
+    if (h->answered) {
+        char sink[4096];
+        ssize_t r = recv(fd, sink, sizeof sink, 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            conn_close(h);
+        return;
+    }
+    size_t before = h->rlen;
+    ssize_t r = recv(fd, h->req + h->rlen, sizeof h->req - h->rlen, 0);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    if (r <= 0) {
+        conn_close(h);   /* gone before its request was complete */
+        return;
+    }
+    h->rlen += (size_t)r;
+    /* Looked for from a line before the new bytes (the blank line may
+     * straddle two reads). */
+    size_t from = before > 3 ? before - 3 : 0;
+    if (headers_end(h->req + from, h->rlen - from)) {
+        conn_request(h);
+    } else if (h->rlen == sizeof h->req) {
+        char why[64];
+        snprintf(why, sizeof why, "request headers over %d bytes\n", MAX_HEADERS_BYTES);
+        conn_text(h, 431, "Request Header Fields Too Large", NULL, why, 0);
+    }
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_close(arg);
+}
+
+/* A connection beyond the limit: told so, in one write to a socket that
+ * has room for it, and closed. */
+static void refuse(int fd)
+{
+    static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                               "Content-Type: text/plain; charset=utf-8\r\n"
+                               "Content-Length: 21\r\nRetry-After: 10\r\n"
+                               "Connection: close\r\n\r\ntoo many connections\n";
+    char sink[1024];
+    /* What the client sent already is read, so that closing does not reset
+     * the connection before it reads the answer. */
+    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ;
+    ssize_t w = send(fd, busy, sizeof busy - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+    shutdown(fd, SHUT_WR);
+    close(fd);
+}
+
+/* Serves fd (non-blocking). Returns -1 when out of memory (fd untouched). */
+static int conn_open(sluicei_metrics *m, int fd)
+{
+    hconn *h = calloc(1, sizeof *h);
+    if (!h)
+        return -1;
+    h->m = m;
+    h->fd = fd;
+    struct timeval tv = {REQUEST_TIMEOUT_S, 0};
+    if (!(h->rev = event_new(m->base, fd, EV_READ | EV_PERSIST, on_readable, h)) ||
+        !(h->deadline = evtimer_new(m->base, on_deadline, h)) ||
+        event_add(h->rev, NULL) != 0 || evtimer_add(h->deadline, &tv) != 0) {
+        if (h->rev)
+            event_free(h->rev);
+        if (h->deadline)
+            event_free(h->deadline);
+        free(h);
+        return -1;
+    }
+    h->next = m->conns;
+    if (m->conns)
+        m->conns->prev = h;
+    m->conns = h;
+    m->nconns++;
+    return 0;
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    sluicei_metrics *m = arg;
+    (void)fd;
+    (void)what;
+    event_add(m->listen_ev, NULL);
+}
+
+static void on_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    sluicei_metrics *m = arg;
+    (void)what;
+    for (int i = 0; i < ACCEPT_BURST; i++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            /* The connection went away, or the network failed it (Linux
+             * reports that here): the next one may do. */
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO ||
+                errno == ENETDOWN || errno == ENOPROTOOPT || errno == EHOSTDOWN ||
+                errno == ENONET || errno == EHOSTUNREACH || errno == EOPNOTSUPP ||
+                errno == ENETUNREACH)
+                continue;
+            /* Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS,
+             * ENOMEM...): the pending connection stays pending and the
+             * listener would wake again at once; rest instead. */
+            struct timeval tv = {ACCEPT_PAUSE_MS / 1000, (ACCEPT_PAUSE_MS % 1000) * 1000};
+            event_del(m->listen_ev);
+            evtimer_add(m->pause_ev, &tv);
+            return;
+        }
+        if (m->nconns >= m->max_conns || conn_open(m, fd) != 0)
+            refuse(fd);
+    }
+}
+
+/* How many connections to serve at once: MAX_CONNS, or an eighth of the
+ * file descriptor limit when that is less. */
+static int conns_allowed(void)
+{
+    struct rlimit rl;
+    int n = MAX_CONNS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur / 8 < (rlim_t)n)
+        n = (int)(rl.rlim_cur / 8);
+    return n > 0 ? n : 1;
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg)
@@ -366,8 +662,14 @@ static void *refresher_main(void *arg)
 /* Frees what open() set up; the threads must have ended (or never run). */
 static void release(sluicei_metrics *m)
 {
-    if (m->http)
-        evhttp_free(m->http);   /* closes the listening socket and open connections */
+    while (m->conns)
+        conn_close(m->conns);
+    if (m->listen_ev)
+        event_free(m->listen_ev);
+    if (m->pause_ev)
+        event_free(m->pause_ev);
+    if (m->listen_fd >= 0)
+        close(m->listen_fd);
     if (m->wake_ev)
         event_free(m->wake_ev);
     if (m->base)
@@ -405,6 +707,8 @@ sluice_err sluicei_metrics_open(sluicei_metrics **out, const sluicei_metrics_opt
         return SLUICE_ERR_NOMEM;
     }
     m->wake[0] = m->wake[1] = -1;
+    m->listen_fd = fd;
+    m->max_conns = conns_allowed();
     m->render = o->render;
     m->refresh = o->refresh;
     m->refresh_ms = o->refresh_ms > 0 ? o->refresh_ms : REFRESH_MS_DEFAULT;
@@ -418,29 +722,19 @@ sluice_err sluicei_metrics_open(sluicei_metrics **out, const sluicei_metrics_opt
 
     if (pipe2(m->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         seterr(err, errlen, "metrics server: pipe: %s", strerror(errno));
-        close(fd);
         release(m);
         return SLUICE_ERR_SYS;
     }
-    if (!(m->base = event_base_new()) || !(m->http = evhttp_new(m->base)) ||
+    if (!(m->base = event_base_new()) ||
         !(m->wake_ev = event_new(m->base, m->wake[0], EV_READ, on_wake, m->base)) ||
-        event_add(m->wake_ev, NULL) != 0) {
+        event_add(m->wake_ev, NULL) != 0 ||
+        !(m->listen_ev = event_new(m->base, fd, EV_READ | EV_PERSIST, on_accept, m)) ||
+        !(m->pause_ev = evtimer_new(m->base, on_resume, m)) ||
+        event_add(m->listen_ev, NULL) != 0) {
         seterr(err, errlen, "metrics server: cannot set up the event loop");
-        close(fd);
         release(m);
         return SLUICE_ERR_SYS;
     }
-    if (!evhttp_accept_socket_with_handle(m->http, fd)) {
-        seterr(err, errlen, "metrics server: cannot accept on %s", o->addr);
-        close(fd);
-        release(m);
-        return SLUICE_ERR_SYS;
-    }
-    evhttp_set_allowed_methods(m->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
-    evhttp_set_timeout(m->http, HTTP_TIMEOUT_S);
-    evhttp_set_max_headers_size(m->http, MAX_HEADERS_BYTES);
-    evhttp_set_max_body_size(m->http, 0);
-    evhttp_set_gencb(m->http, on_request, m);
 
     /* The threads start with every signal blocked (they inherit the mask). */
     sigset_t all, old;

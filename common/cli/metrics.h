@@ -1,10 +1,15 @@
-/* A small Prometheus endpoint: /metrics and /healthz over libevent's
- * evhttp, served by a thread of its own with its own event_base, so that a
+/* A small Prometheus endpoint: /metrics and /healthz over HTTP/1.x,
+ * served by a thread of its own with its own event_base, so that a
  * synchronous program (sluice-producer, sluice-ctl metrics) can publish
  * figures without an event loop of its own. Internal; linked into
  * sluice-producer and sluice-ctl, not into libsluice.
  *
- *     sluicei_metrics_opts o = { .addr = "0.0.0.0:9100", .render = render,
+ * Limits (docs/OBSERVE.md): at most 32 connections at once (an eighth of
+ * the fd limit if that is less; one more gets 503 and is closed), 8 KiB of
+ * request headers (431), 10 s per connection from accept to the end of
+ * its answer, one request per connection.
+ *
+ *     sluicei_metrics_opts o = { .addr = "127.0.0.1:9100", .render = render,
  *                                .refresh = refresh, .refresh_ms = 1000,
  *                                .arg = &state };
  *     sluicei_metrics *m;
@@ -63,7 +68,7 @@ typedef void (*sluicei_metrics_render_fn)(sluicei_mtext *out, void *arg);
 typedef void (*sluicei_metrics_refresh_fn)(void *arg);
 
 typedef struct sluicei_metrics_opts {
-    const char *addr;                   /* HOST:PORT, [V6]:PORT or :PORT (all addresses) */
+    const char *addr;                   /* HOST:PORT, [V6]:PORT or :PORT (127.0.0.1) */
     sluicei_metrics_render_fn render;   /* required */
     sluicei_metrics_refresh_fn refresh; /* optional */
     int refresh_ms;                     /* 0: 1000 */

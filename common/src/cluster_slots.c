@@ -95,16 +95,16 @@ int cluster_slots_node_index(sluicei_router *r, const char *host, size_t hl, int
     return r->nnodes++;
 }
 
-/* A short-lived connection to one node (connect, AUTH): the slot map is
- * never read through a connection the router hands out, which may be the
- * very one being reconnected. */
-static redisContext *probe_connect(sluicei_router *r, const node *n, char *err, size_t errlen,
-                                   sluice_err *code)
+/* A short-lived connection to one node (connect, AUTH), its replies
+ * bounded by g: the slot map is never read through a connection the
+ * router hands out, which may be the very one being reconnected. */
+static redisContext *probe_connect(sluicei_router *r, const node *n, sluicei_reply_guard *g,
+                                   char *err, size_t errlen, sluice_err *code)
 {
     redisContext *ctx = NULL;
     char why[400];
-    *code = sluicei_redis_connect(&ctx, &r->servers[0], n->host, n->port, r->connect_timeout_ms,
-                                  r->connect_timeout_ms, why, sizeof why);
+    *code = sluicei_redis_connect(&ctx, g, &r->servers[0], n->host, n->port,
+                                  r->connect_timeout_ms, r->connect_timeout_ms, why, sizeof why);
     if (*code != SLUICE_OK)
         seterr(err, errlen, "%s:%d: %s", n->host, n->port, why);
     return ctx;
@@ -186,18 +186,27 @@ static sluice_err slots_from(sluicei_router *r, int ni, char *err, size_t errlen
     char host[256];
     snprintf(host, sizeof host, "%s", asked.host);
     asked.host = host;
-    redisContext *ctx = probe_connect(r, &asked, err, errlen, &code);
+    sluicei_reply_guard g;
+    sluicei_reply_guard_init(&g, 0, 0);
+    redisContext *ctx = probe_connect(r, &asked, &g, err, errlen, &code);
     if (!ctx)
         return code;
-    redisReply *rep = redisCommand(ctx, "CLUSTER SLOTS");
+    redisReply *rep = sluicei_redis_command(ctx, "CLUSTER SLOTS");
     if (!rep) {
         seterr(err, errlen, "%s:%d: CLUSTER SLOTS: %s", host, asked.port, ctx->errstr);
         redisFree(ctx);
-        return SLUICE_ERR_IO;
+        return sluicei_reply_guard_tripped(&g) ? SLUICE_ERR_PROTOCOL : SLUICE_ERR_IO;
     }
     /* Which masters have replicas (nodes_has_replica); without it (an ACL
      * that forbids it) only the replicas CLUSTER SLOTS shows count. */
-    redisReply *nodes = rep->type == REDIS_REPLY_ARRAY ? redisCommand(ctx, "CLUSTER NODES") : NULL;
+    redisReply *nodes =
+        rep->type == REDIS_REPLY_ARRAY ? sluicei_redis_command(ctx, "CLUSTER NODES") : NULL;
+    if (!nodes && sluicei_reply_guard_tripped(&g)) {
+        seterr(err, errlen, "%s:%d: CLUSTER NODES: %s", host, asked.port, ctx->errstr);
+        redisFree(ctx);
+        freeReplyObject(rep);
+        return SLUICE_ERR_PROTOCOL;
+    }
     redisFree(ctx);
     if (rep->type == REDIS_REPLY_ERROR) {
         seterr(err, errlen, "%s:%d: CLUSTER SLOTS: %s", host, asked.port, rep->str);

@@ -91,9 +91,11 @@ static void drop(sluicei_conn *c)
 }
 
 /* Records the context's socket error in c->errstr ("redis <addr>: <what>:
- * <why>") and drops the context. */
+ * <why>") and drops the context. SLUICE_ERR_PROTOCOL when the error was a
+ * reply beyond the limits (its errstr says which), else SLUICE_ERR_IO. */
 static sluice_err fail_io(sluicei_conn *c, const char *what)
 {
+    sluice_err e = sluicei_reply_guard_tripped(&c->guard) ? SLUICE_ERR_PROTOCOL : SLUICE_ERR_IO;
     char addr[256];
     const char *why = c->ctx && c->ctx->err ? c->ctx->errstr : "no reply";
     /* A blocking socket that hits SO_RCVTIMEO reports EAGAIN. */
@@ -104,7 +106,7 @@ static sluice_err fail_io(sluicei_conn *c, const char *what)
     else
         snprintf(c->errstr, sizeof c->errstr, "redis %s: %s%s", addr, why, hint);
     drop(c);
-    return SLUICE_ERR_IO;
+    return e;
 }
 
 static int starts_with(const char *s, const char *prefix)
@@ -176,8 +178,9 @@ sluice_err sluicei_conn_load_scripts(sluicei_conn *c)
     return SLUICE_OK;
 }
 
-sluice_err sluicei_redis_connect(redisContext **out, const sluicei_url *u, const char *host,
-                                 int port, int connect_ms, int io_ms, char *err, size_t errlen)
+sluice_err sluicei_redis_connect(redisContext **out, sluicei_reply_guard *g, const sluicei_url *u,
+                                 const char *host, int port, int connect_ms, int io_ms, char *err,
+                                 size_t errlen)
 {
     *out = NULL;
     struct timeval tv = ms_to_tv(connect_ms);
@@ -193,10 +196,11 @@ sluice_err sluicei_redis_connect(redisContext **out, const sluicei_url *u, const
         step = "connect";
     else if (redisSetTimeout(ctx, ms_to_tv(io_ms)) != REDIS_OK)
         step = "setting the socket timeout";
+    sluicei_reply_guard_attach(g, ctx);
     redisReply *r = NULL;
     if (!step && u->password) {
-        r = u->user ? redisCommand(ctx, "AUTH %s %s", u->user, u->password)
-                    : redisCommand(ctx, "AUTH %s", u->password);
+        r = u->user ? sluicei_redis_command(ctx, "AUTH %s %s", u->user, u->password)
+                    : sluicei_redis_command(ctx, "AUTH %s", u->password);
         if (!r)
             step = "AUTH";
     }
@@ -207,7 +211,7 @@ sluice_err sluicei_redis_connect(redisContext **out, const sluicei_url *u, const
             strcmp(why, strerror(EAGAIN)) == 0 ? " (no reply within the timeout)" : "";
         seterr(err, errlen, "%s: %s%s", step, why, hint);
         redisFree(ctx);
-        return SLUICE_ERR_IO;
+        return sluicei_reply_guard_tripped(g) ? SLUICE_ERR_PROTOCOL : SLUICE_ERR_IO;
     }
     if (r && r->type == REDIS_REPLY_ERROR) {
         /* A server that loads its data or runs a script answers again
@@ -238,7 +242,8 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
     drop(c);
 
     char why[sizeof c->errstr - 64];
-    e = sluicei_redis_connect(&c->ctx, u, NULL, 0, connect_ms, c->cmd_timeout_ms, why, sizeof why);
+    e = sluicei_redis_connect(&c->ctx, &c->guard, u, NULL, 0, connect_ms, c->cmd_timeout_ms, why,
+                              sizeof why);
     if (e != SLUICE_OK) {
         char addr[256];
         sluicei_url_describe(u, addr, sizeof addr);
@@ -246,7 +251,7 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
         return e;
     }
     if (u->db != 0) {
-        redisReply *r = redisCommand(c->ctx, "SELECT %d", u->db);
+        redisReply *r = sluicei_redis_command(c->ctx, "SELECT %d", u->db);
         if ((e = setup_reply(c, r, "SELECT")) != SLUICE_OK)
             return e;
     }
@@ -281,6 +286,7 @@ static sluice_err open_parsed(sluicei_conn **out, sluicei_conn *c, int connect_t
                               int cmd_timeout_ms, char *err, size_t errlen)
 {
     sluice_err e;
+    sluicei_reply_guard_init(&c->guard, 0, 0);
     c->connect_timeout_ms =
         connect_timeout_ms > 0 ? connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
     c->cmd_timeout_ms = cmd_timeout_ms > 0 ? cmd_timeout_ms : SLUICE_COMMAND_TIMEOUT_MS_DEFAULT;
@@ -443,7 +449,7 @@ sluice_err sluicei_conn_command(sluicei_conn *c, redisReply **out, const char *f
         return not_connected(c);
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(c->ctx, fmt, ap);
+    redisReply *r = sluicei_redis_vcommand(c->ctx, fmt, ap);
     va_end(ap);
     return finish(c, r, out);
 }
@@ -454,7 +460,7 @@ sluice_err sluicei_conn_commandargv(sluicei_conn *c, redisReply **out, int argc,
     *out = NULL;
     if (!c->ctx)
         return not_connected(c);
-    return finish(c, redisCommandArgv(c->ctx, argc, argv, argvlen), out);
+    return finish(c, sluicei_redis_command_argv(c->ctx, argc, argv, argvlen), out);
 }
 
 sluice_err sluicei_conn_append_argv(sluicei_conn *c, int argc, const char **argv,
@@ -480,11 +486,11 @@ sluice_err sluicei_conn_flush(sluicei_conn *c)
 
 sluice_err sluicei_conn_read_reply(sluicei_conn *c, redisReply **out)
 {
-    void *r = NULL;
+    redisReply *r = NULL;
     *out = NULL;
     if (!c->ctx)
         return not_connected(c);
-    if (redisGetReply(c->ctx, &r) != REDIS_OK)
+    if (sluicei_redis_get_reply(c->ctx, &r) != REDIS_OK)
         return fail_io(c, NULL);
     return finish(c, r, out);
 }

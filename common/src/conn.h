@@ -7,6 +7,7 @@
 #include <hiredis/hiredis.h>
 #include <sluice/common.h>
 
+#include "reply.h"
 #include "retry.h"
 #include "url.h"
 
@@ -18,6 +19,7 @@ typedef struct sluicei_conn {
     uint64_t reconnects;      /* successful reconnections after the first connect */
     sluicei_backoff backoff;  /* between reconnect attempts (retry.h) */
     char errstr[512];         /* last failure, one line */
+    sluicei_reply_guard guard; /* the limits of ctx's replies (reply.h): the defaults */
     /* Optional: called before every reconnect attempt to point url at the
      * node that serves the queue now (cluster.h, sluicei_router_bind());
      * it may change host, port and wait_replicas. A non-OK result counts
@@ -28,15 +30,20 @@ typedef struct sluicei_conn {
 
 /* The one way this library opens a Redis connection: a blocking hiredis
  * context to u (or to host:port with u's credentials, when host is not
- * NULL), connect_ms to connect, io_ms the socket timeout after, then AUTH
- * when u has a password. Nothing more (no SELECT, no scripts): what a
- * probe of a cluster node needs, and the first steps of a sluicei_conn.
+ * NULL), connect_ms to connect, io_ms the socket timeout after, its replies
+ * bounded by guard g (reply.h; the caller's, attached here, and it must
+ * outlive the context), then AUTH when u has a password. Nothing more (no
+ * SELECT, no scripts): what a probe of a cluster node needs, and the first
+ * steps of a sluicei_conn. Read its replies with sluicei_redis_command()
+ * and the like (reply.h), never with hiredis's own, which know no bounds.
  * On SLUICE_OK *out is the caller's (redisFree). Else *out is NULL and err
  * says "<step>: <why>", without the address and never the password:
  * SLUICE_ERR_NOMEM, SLUICE_ERR_IO (connect, timeout, no reply, or a
- * passing state of the server, retry.h), SLUICE_ERR_AUTH (AUTH refused). */
-sluice_err sluicei_redis_connect(redisContext **out, const sluicei_url *u, const char *host,
-                                 int port, int connect_ms, int io_ms, char *err, size_t errlen);
+ * passing state of the server, retry.h), SLUICE_ERR_AUTH (AUTH refused),
+ * SLUICE_ERR_PROTOCOL (a reply beyond g's limits). */
+sluice_err sluicei_redis_connect(redisContext **out, sluicei_reply_guard *g, const sluicei_url *u,
+                                 const char *host, int port, int connect_ms, int io_ms, char *err,
+                                 size_t errlen);
 
 /* Parses url and connects (TCP connect with timeout, AUTH, SELECT). On
  * failure *out is NULL and err explains (bad URL part, refused, wrong
@@ -64,13 +71,17 @@ sluice_err sluicei_conn_reconnect(sluicei_conn *c, int64_t deadline_ms, volatile
  * reply, owned by the caller (freeReplyObject). A reply of type
  * REDIS_REPLY_ERROR is returned as SLUICE_ERR_REDIS with *out still set.
  * On a socket error returns SLUICE_ERR_IO, *out NULL, and the context is
- * dropped (c->ctx NULL): the caller decides whether to reconnect. */
+ * dropped (c->ctx NULL): the caller decides whether to reconnect. A reply
+ * beyond the limits of c->guard (reply.h) is SLUICE_ERR_PROTOCOL, *out
+ * NULL, the context dropped too, and errstr says which limit: final, since
+ * the same request would get the same reply again. */
 sluice_err sluicei_conn_command(sluicei_conn *c, redisReply **out, const char *fmt, ...);
 sluice_err sluicei_conn_commandargv(sluicei_conn *c, redisReply **out, int argc,
                                     const char **argv, const size_t *argvlen);
 
 /* Pipelining: append commands, then read their replies in order. A failed
- * append or read drops the context as above. */
+ * append or read drops the context as above (SLUICE_ERR_IO, or
+ * SLUICE_ERR_PROTOCOL for a reply beyond the limits). */
 sluice_err sluicei_conn_append_argv(sluicei_conn *c, int argc, const char **argv, const size_t *argvlen);
 sluice_err sluicei_conn_read_reply(sluicei_conn *c, redisReply **out);
 /* Sends everything appended so far without waiting for replies (hiredis

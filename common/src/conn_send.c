@@ -170,20 +170,29 @@ sluice_err sluicei_conn_send(sluicei_conn *c, sluicei_req *r)
     return write_all(c, iov, k);
 }
 
+/* Records ctx's error (a socket error, a malformed reply, a limit broken)
+ * in c->errstr with the address, and drops the context. */
+static sluice_err read_failed(sluicei_conn *c)
+{
+    char addr[256];
+    sluicei_url_describe(&c->url, addr, sizeof addr);
+    snprintf(c->errstr, sizeof c->errstr, "redis %s: %s", addr,
+             c->ctx->errstr[0] ? c->ctx->errstr : "connection closed");
+    redisFree(c->ctx);
+    c->ctx = NULL;
+    return sluicei_reply_guard_tripped(&c->guard) ? SLUICE_ERR_PROTOCOL : SLUICE_ERR_IO;
+}
+
 sluice_err sluicei_conn_read_ready(sluicei_conn *c, redisReply **out)
 {
     *out = NULL;
     for (;;) {
         redisContext *ctx = c->ctx;
-        void *r = NULL;
+        redisReply *r = NULL;
         if (!ctx)
             return SLUICE_ERR_IO;   /* errstr tells how it was lost */
-        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
-            snprintf(c->errstr, sizeof c->errstr, "redis: %s", ctx->errstr);
-            redisFree(ctx);
-            c->ctx = NULL;
-            return SLUICE_ERR_IO;
-        }
+        if (sluicei_redis_reply_ready(ctx, &r) != REDIS_OK)
+            return read_failed(c);
         if (r) {
             *out = r;
             return SLUICE_OK;
@@ -191,15 +200,13 @@ sluice_err sluicei_conn_read_ready(sluicei_conn *c, redisReply **out)
         struct pollfd pf = {.fd = ctx->fd, .events = POLLIN};
         if (poll(&pf, 1, 0) <= 0)
             return SLUICE_OK;
-        if (redisBufferRead(ctx) != REDIS_OK) {
-            char addr[256];
-            sluicei_url_describe(&c->url, addr, sizeof addr);
-            snprintf(c->errstr, sizeof c->errstr, "redis %s: %s", addr,
-                     ctx->errstr[0] ? ctx->errstr : "connection closed");
-            redisFree(ctx);
-            c->ctx = NULL;
-            return SLUICE_ERR_IO;
+        /* What the reader holds stays within the limits (reply.h). */
+        if (sluicei_reply_guard_check(&c->guard, ctx) != 0) {
+            sluicei_reply_guard_fail(&c->guard, ctx);
+            return read_failed(c);
         }
+        if (redisBufferRead(ctx) != REDIS_OK)
+            return read_failed(c);
     }
 }
 

@@ -74,7 +74,9 @@ sluice_err sluicei_conn_send(sluicei_conn *c, sluicei_req *r);
  * sluicei_conn_read_reply(): an error reply is a reply here too) or NULL
  * when none is complete yet. SLUICE_ERR_IO: not connected (c->errstr
  * unchanged), or the connection was lost or broke the protocol (c->errstr
- * says why; the context is dropped). */
+ * says why; the context is dropped). SLUICE_ERR_PROTOCOL: a reply beyond
+ * the limits of c->guard (reply.h; c->errstr says which, the context is
+ * dropped): final. */
 sluice_err sluicei_conn_read_ready(sluicei_conn *c, redisReply **out);
 
 /* Drops c's context (if any), so that the next reconnect starts afresh;

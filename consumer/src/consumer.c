@@ -818,8 +818,10 @@ sluice_err sluice_queue_ranks(const char *redis_url, const char *queue, int conn
         e = sluicei_router_url(r, queue, 0, &u, msg, sizeof msg);
         if (e == SLUICE_OK) {
             redisContext *probe = NULL;
+            sluicei_reply_guard g;
             char why[400];
-            e = sluicei_redis_connect(&probe, &u, NULL, 0, ct, ct, why, sizeof why);
+            sluicei_reply_guard_init(&g, 0, 0);
+            e = sluicei_redis_connect(&probe, &g, &u, NULL, 0, ct, ct, why, sizeof why);
             if (e != SLUICE_OK)
                 snprintf(msg, sizeof msg, "queue '%s': redis %s: %s", queue,
                          sluicei_router_describe(r), why);

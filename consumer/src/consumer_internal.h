@@ -258,6 +258,7 @@ struct sluice_consumer {
     int notify_armed;          /* notify_ev is active: batches await a signal */
     int wake_fd;
     redisAsyncContext *ac[NCONN];
+    sluicei_reply_guard guard[NCONN]; /* the limits of each one's replies (reply.h) */
     int registered;            /* enter() knows this process (fresh '0' from now on) */
     int block_ms;              /* BLMOVE timeout: min(BLOCK_MS, lease / 4) */
     char block_arg[16];
@@ -386,6 +387,10 @@ void loop_stop(sluice_consumer **cs, int n);
 void session_drop_conns(sluice_consumer *c);
 void session_fail(sluice_consumer *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void session_start(sluice_consumer *c);
+/* Connection conn (ac, which hiredis is freeing) was lost: the session
+ * fails with ac's error (else why), and for good when the connection
+ * broke a limit of its replies (reply.h). */
+void session_lost(sluice_consumer *c, int conn, const redisAsyncContext *ac, const char *why);
 void session_setup_reply(sluice_consumer *c, req *q, redisReply *r);
 int64_t session_reap_period(sluice_consumer *c);
 void session_publish_hand(sluice_consumer *c);

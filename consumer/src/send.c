@@ -52,8 +52,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
             /* hiredis is freeing this context (a socket error). */
             if (c->ac[q->conn] == ac)
                 c->ac[q->conn] = NULL;
-            session_fail(c, "redis %s: connection lost: %s", c->addr,
-                         ac->err ? ac->errstr : "no reply");
+            session_lost(c, q->conn, ac, "no reply");
         } else {
             if (!wrong_address(c, reply))
                 handle_reply(c, q, reply);

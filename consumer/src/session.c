@@ -5,7 +5,6 @@
  * connection's socket to next() and pushing its corked marks. */
 #include "consumer_internal.h"
 
-#include <hiredis/adapters/libevent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -77,6 +76,99 @@ void session_fail(sluice_consumer *c, const char *fmt, ...)
     loop_arm(c->retry_ev, closing ? SLUICEI_BACKOFF_MIN_MS : sluicei_backoff_next(&c->backoff));
 }
 
+/* ---- hiredis on the loop's event_base ---------------------------------
+ *
+ * What hiredis's libevent adapter does, with one difference: before
+ * hiredis reads more from a connection, the connection's guard looks at
+ * what its reader holds unparsed (reply.h), and a limit broken ends the
+ * connection (its disconnect callback gets the limit as the error) instead
+ * of letting the peer fill memory. A limit broken while hiredis parses
+ * ends it the same way, from inside the parse; so does a reply that no
+ * request awaits, on which hiredis would abort the process. */
+typedef struct glue {
+    redisAsyncContext *ac;
+    sluicei_reply_guard *guard;
+    struct event *rev, *wev;
+} glue;
+
+static void glue_read(evutil_socket_t fd, short what, void *arg)
+{
+    glue *e = arg;
+    redisAsyncContext *ac = e->ac;
+    (void)fd;
+    (void)what;
+    /* With the error set, hiredis reads nothing and drops the connection. */
+    if ((ac->c.flags & REDIS_CONNECTED) && sluicei_reply_guard_check(e->guard, &ac->c) != 0)
+        sluicei_reply_guard_fail(e->guard, &ac->c);
+    redisAsyncHandleRead(ac);
+}
+
+static void glue_write(evutil_socket_t fd, short what, void *arg)
+{
+    glue *e = arg;
+    (void)fd;
+    (void)what;
+    redisAsyncHandleWrite(e->ac);
+}
+
+static void glue_add_read(void *arg)
+{
+    event_add(((glue *)arg)->rev, NULL);
+}
+
+static void glue_del_read(void *arg)
+{
+    event_del(((glue *)arg)->rev);
+}
+
+static void glue_add_write(void *arg)
+{
+    event_add(((glue *)arg)->wev, NULL);
+}
+
+static void glue_del_write(void *arg)
+{
+    event_del(((glue *)arg)->wev);
+}
+
+/* hiredis calls it when it frees the context. */
+static void glue_cleanup(void *arg)
+{
+    glue *e = arg;
+    if (e->rev)
+        event_free(e->rev);
+    if (e->wev)
+        event_free(e->wev);
+    free(e);
+}
+
+/* Attaches ac to base with its replies bounded by g (installed here).
+ * REDIS_ERR when out of memory (ac stays the caller's to free). */
+static int glue_attach(redisAsyncContext *ac, struct event_base *base, sluicei_reply_guard *g)
+{
+    glue *e = calloc(1, sizeof *e);
+    if (!e)
+        return REDIS_ERR;
+    e->ac = ac;
+    e->guard = g;
+    e->rev = event_new(base, ac->c.fd, EV_READ, glue_read, e);
+    e->wev = event_new(base, ac->c.fd, EV_WRITE, glue_write, e);
+    if (!e->rev || !e->wev) {
+        glue_cleanup(e);
+        return REDIS_ERR;
+    }
+    sluicei_reply_guard_attach_async(g, ac);
+    ac->ev.addRead = glue_add_read;
+    ac->ev.delRead = glue_del_read;
+    ac->ev.addWrite = glue_add_write;
+    ac->ev.delWrite = glue_del_write;
+    ac->ev.cleanup = glue_cleanup;
+    ac->ev.data = e;
+    event_add(e->rev, NULL);
+    event_add(e->wev, NULL);
+    return REDIS_OK;
+}
+
 static redisAsyncContext *conn_of(sluice_consumer *c, const redisAsyncContext *ac, int *which)
 {
     for (int i = 0; i < NCONN; i++)
@@ -106,8 +198,15 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     if (!conn_of(c, ac, &which))
         return;   /* one we dropped ourselves */
     c->ac[which] = NULL;
-    session_fail(c, "redis %s: connection lost: %s", c->addr,
-                 ac->err ? ac->errstr : "closed by the server");
+    session_lost(c, which, ac, "closed by the server");
+}
+
+void session_lost(sluice_consumer *c, int conn, const redisAsyncContext *ac, const char *why)
+{
+    /* The same request would get the same reply again: final. */
+    if (sluicei_reply_guard_tripped(&c->guard[conn]))
+        loop_fatal(c, SLUICE_ERR_PROTOCOL, "redis %s: %s", c->addr, c->guard[conn].why);
+    session_fail(c, "redis %s: connection lost: %s", c->addr, ac->err ? ac->errstr : why);
 }
 
 /* A setup command; script is the script a SCRIPT LOAD loads (else -1). */
@@ -182,6 +281,9 @@ void session_start(sluice_consumer *c)
      * known node is tried instead. */
     if (c->resolve && !c->close_deadline_ms && resolve_node(c) != 0)
         return;
+    /* The data connection brings up to prefetch frames in one MGET. */
+    size_t max_string, max_reply;
+    sluicei_reply_limits_for(c->max_batch_bytes, (size_t)c->prefetch, &max_string, &max_reply);
     for (int i = 0; i < NCONN; i++) {
         redisAsyncContext *ac = c->url.unix_path ? redisAsyncConnectUnix(c->url.unix_path)
                                                  : redisAsyncConnect(c->url.host, c->url.port);
@@ -198,8 +300,9 @@ void session_start(sluice_consumer *c)
         }
         ac->data = c;
         c->ac[i] = ac;
-        if (redisLibeventAttach(ac, c->base) != REDIS_OK) {
-            session_fail(c, "redis %s: attaching to the event loop failed", c->addr);
+        sluicei_reply_guard_init(&c->guard[i], max_string, max_reply);
+        if (glue_attach(ac, c->base, &c->guard[i]) != REDIS_OK) {
+            session_fail(c, "redis %s: attaching to the event loop: out of memory", c->addr);
             return;
         }
         redisAsyncSetConnectCallback(ac, on_connect);

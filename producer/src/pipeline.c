@@ -458,11 +458,16 @@ static sluice_err read_ready(sluice_producer *p)
 {
     while (p->nsent > 0 && p->conn->ctx) {
         redisReply *r = NULL;
-        if (sluicei_conn_read_ready(p->conn, &r) != SLUICE_OK)
+        sluice_err e = sluicei_conn_read_ready(p->conn, &r);
+        if (e == SLUICE_ERR_PROTOCOL) {
+            producer_seterr(p, "push: %s", p->conn->errstr);
+            return e;
+        }
+        if (e != SLUICE_OK)
             return lost_reply(p);
         if (!r)
             return SLUICE_OK;
-        sluice_err e = take_reply(p, r, 1);
+        e = take_reply(p, r, 1);
         if (e != SLUICE_OK)
             return e;
     }

@@ -41,5 +41,7 @@ extern const struct test batcher_tests[];
 extern const struct test idset_tests[];
 extern const struct test room_tests[];
 extern const struct test abi_tests[];
+extern const struct test reply_tests[];
+extern const struct test metrics_tests[];
 
 #endif

@@ -1,0 +1,165 @@
+/* The metrics server's limits (common/cli/metrics.c) on a loopback port:
+ * connections beyond the limit, and accept() without file descriptors. */
+#include "metrics.h"
+#include "test.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static void render(sluicei_mtext *out, void *arg)
+{
+    (void)arg;
+    sluicei_mtext_family(out, "t_up", "gauge", "test");
+    sluicei_mtext_sample(out, "t_up", NULL, 1);
+}
+
+/* A server on a free loopback port; its port in *port. */
+static sluicei_metrics *start(int *port)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(s, (struct sockaddr *)&a, &len) != 0) {
+        if (s >= 0)
+            close(s);
+        return NULL;
+    }
+    close(s);
+    *port = ntohs(a.sin_port);
+    char addr[32], err[256];
+    snprintf(addr, sizeof addr, ":%d", *port);
+    sluicei_metrics_opts o = {.addr = addr, .render = render};
+    sluicei_metrics *m = NULL;
+    if (sluicei_metrics_open(&m, &o, err, sizeof err) != SLUICE_OK)
+        fprintf(stderr, "    metrics server: %s\n", err);
+    return m;
+}
+
+/* A connected client socket (reads time out after 3 s), or -1. */
+static int client(int port)
+{
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct timeval tv = {3, 0};
+    if (c < 0)
+        return -1;
+    setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(c, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(c);
+        return -1;
+    }
+    return c;
+}
+
+/* Sends req (when not NULL) and reads what comes back until the server
+ * closes or 3 s pass: its first line in status. */
+static void exchange(int c, const char *req, char *status, size_t n)
+{
+    char buf[4096];
+    size_t len = 0;
+    if (req && send(c, req, strlen(req), MSG_NOSIGNAL) < 0) {
+        snprintf(status, n, "send failed");
+        return;
+    }
+    for (;;) {
+        ssize_t r = recv(c, buf + len, sizeof buf - 1 - len, 0);
+        if (r <= 0 || (len += (size_t)r) == sizeof buf - 1)
+            break;
+    }
+    buf[len] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    snprintf(status, n, "%.100s", buf);
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+static void test_over_the_limit(void)
+{
+    int port = 0, c[40], held = 0, busy = 0;
+    char status[128];
+    sluicei_metrics *m = start(&port);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    for (int i = 0; i < 40; i++)
+        c[i] = client(port);
+    /* The first 32 are held (no request yet); the others are refused at
+     * once: 503, then closed. */
+    for (int i = 32; i < 40; i++) {
+        exchange(c[i], NULL, status, sizeof status);
+        busy += strcmp(status, "HTTP/1.1 503 Service Unavailable") == 0;
+    }
+    CHECK(busy == 8);
+    for (int i = 0; i < 32; i++) {
+        exchange(c[i], "GET /healthz HTTP/1.0\r\n\r\n", status, sizeof status);
+        held += strcmp(status, "HTTP/1.1 200 OK") == 0;
+    }
+    CHECK(held == 32);
+    for (int i = 0; i < 40; i++)
+        if (c[i] >= 0)
+            close(c[i]);
+    sluicei_metrics_close(m);
+}
+
+static void test_no_fds(void)
+{
+    int port = 0;
+    char status[128];
+    sluicei_metrics *m = start(&port);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    struct rlimit old, low;
+    getrlimit(RLIMIT_NOFILE, &old);
+    low = old;
+    low.rlim_cur = 256;
+    CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+    /* Every descriptor taken but one, for the client. */
+    int fill[256], nfill = 0, fd;
+    while (nfill < 256 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+        fill[nfill++] = fd;
+    CHECK(nfill > 0);
+    if (nfill > 0)
+        close(fill[--nfill]);
+    int c = client(port);
+    CHECK(c >= 0);
+    /* The server cannot accept it (EMFILE): it must rest, not spin. */
+    double t0 = cpu_seconds();
+    struct timespec half = {0, 500000000L};
+    nanosleep(&half, NULL);
+    double spent = cpu_seconds() - t0;
+    CHECK(spent < 0.1);
+    if (spent >= 0.1)
+        fprintf(stderr, "    %.3f s of CPU in 0.5 s without fds\n", spent);
+    while (nfill > 0)
+        close(fill[--nfill]);
+    setrlimit(RLIMIT_NOFILE, &old);
+    /* With descriptors back, the waiting client is served. */
+    if (c >= 0) {
+        exchange(c, "GET /healthz HTTP/1.0\r\n\r\n", status, sizeof status);
+        CHECK(strcmp(status, "HTTP/1.1 200 OK") == 0);
+        close(c);
+    }
+    sluicei_metrics_close(m);
+}
+
+const struct test metrics_tests[] = {
+    {"metrics/connections over the limit", test_over_the_limit},
+    {"metrics/accept without file descriptors", test_no_fds},
+    {NULL, NULL},
+};
