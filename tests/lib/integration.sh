@@ -113,6 +113,20 @@ hexsum() {
     "$PY" -c 'import sys; print("%016x" % (sum(int(x, 16) for x in sys.argv[1:]) % (1 << 64)))' "$@"
 }
 
+# lines_sum: the --summary checksum of the lines read on stdin (the sum
+# modulo 2^64 of the FNV-1a 64 hash of each line, without its newline).
+lines_sum() {
+    "$PY" -c '
+import sys
+h = 0
+for line in sys.stdin.buffer.read().splitlines():
+    x = 0xcbf29ce484222325
+    for b in line:
+        x = ((x ^ b) * 0x100000001b3) % (1 << 64)
+    h = (h + x) % (1 << 64)
+print("%016x" % h)'
+}
+
 # ctl ARGS...: sluice-ctl against the current server.
 ctl() { "$BUILD/sluice-ctl" --redis "$REDIS_URL" "$@"; }
 
