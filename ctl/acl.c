@@ -11,6 +11,7 @@
  * lists but cannot take from them, and sets delivery counts but cannot
  * remove one. */
 #include "ctl.h"
+#include "metrics.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,34 +55,16 @@ static const char *const consumer_keys[] = {
     "retained_bytes", "cowners", "ckpt:*", "ckpts:*", "clog:*", "cseg:*", "cdrop:*",
 };
 
-typedef struct out {
-    char *s;
-    size_t n, cap;
-    int oom;
-} out;
+typedef sluicei_mtext out;
 
+/* Appends a, then b and c when not NULL. */
 static void put(out *o, const char *a, const char *b, const char *c)
 {
-    size_t la = strlen(a), lb = b ? strlen(b) : 0, lc = c ? strlen(c) : 0;
-    if (o->oom)
-        return;
-    if (o->n + la + lb + lc + 1 > o->cap) {
-        size_t cap = (o->cap ? o->cap * 2 : 4096) + la + lb + lc;
-        char *s = realloc(o->s, cap);
-        if (!s) {
-            o->oom = 1;
-            return;
-        }
-        o->s = s;
-        o->cap = cap;
-    }
-    memcpy(o->s + o->n, a, la);
+    sluicei_mtext_raw(o, a, strlen(a));
     if (b)
-        memcpy(o->s + o->n + la, b, lb);
+        sluicei_mtext_raw(o, b, strlen(b));
     if (c)
-        memcpy(o->s + o->n + la + lb, c, lc);
-    o->n += la + lb + lc;
-    o->s[o->n] = '\0';
+        sluicei_mtext_raw(o, c, strlen(c));
 }
 
 static void cmds(out *o, const char *const *c, size_t n)
@@ -151,11 +134,11 @@ static char *acl_line(const char *role, const char *user, const char *q,
         keys(&o, "%W", pq, dlv, 1);
         put(&o, ")", NULL, NULL);
     }
-    if (o.oom) {
-        free(o.s);
+    if (o.failed || !o.buf) {
+        sluicei_mtext_free(&o);
         return NULL;
     }
-    return o.s;
+    return o.buf;
 }
 
 int acl_run(ctl *x, const char *role, const char *user, int aclfile)
