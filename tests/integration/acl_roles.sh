@@ -23,6 +23,8 @@
 #     script), deleting or overwriting a frame, taking from a ready list,
 #     removing a delivery count are refused, and sluice-consume with it
 #     fails naming the consumer role; nothing refused changed the queue.
+#  4. --aclfile: the lines, in a server's ACL file, make the very users
+#     ACL SETUSER makes.
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
@@ -234,4 +236,21 @@ out=$(as "$q-producer" EVALSHA "$ack" 1 "sluice:{$q}:producers" x "" "$id" "$e" 
    $(rcli GETBIT "sluice:{$q}:acked:$e:$t" "$s") == 0 ]] || fail "the batch changed"
 out=$(refused "producer: consume" "$BUILD/sluice-consume" --redis "$P" --queue "$q" --count 1)
 grep -q "consumer role" <<<"$out" || fail "sluice-consume as the producer: the error does not name the role: $out"
+
+# ---- 4. --aclfile: the lines of an ACL file, as Redis loads them ----------------
+{
+    echo "user default on nopass ~* &* +@all"
+    for role in admin producer consumer; do
+        "$BUILD/sluice-ctl" acl fq --role "$role" --partitions 2 --aclfile | sed "s/\$/ >$pw/"
+    done
+} >"$T/users.acl"
+redis_tmp_start --aclfile "$T/users.acl"
+for role in admin producer consumer; do
+    set_line=$("$BUILD/sluice-ctl" acl fq --role "$role" --partitions 2)
+    rcli ACL SETUSER "cmp-$role" ${set_line#"ACL SETUSER sluice-fq-$role "} ">$pw" >/dev/null
+    a=$(rcli ACL LIST | grep "^user sluice-fq-$role " | cut -d' ' -f3-)
+    b=$(rcli ACL LIST | grep "^user cmp-$role " | cut -d' ' -f3-)
+    [[ -n $a && $a == "$b" ]] || fail "--aclfile for $role loads as another user than ACL SETUSER: $a / $b"
+done
+note "--aclfile: the ACL file's users are those ACL SETUSER makes"
 echo "ok: jobs ran with the admin, producer and consumer users; every forbidden action was refused"
