@@ -7,6 +7,7 @@
 #include "conn.h"
 #include "retry.h"
 #include "lua_scripts.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -181,9 +182,22 @@ sluice_err sluicei_redis_connect(redisContext **out, const sluicei_url *u, const
 {
     *out = NULL;
     struct timeval tv = ms_to_tv(connect_ms);
-    redisContext *ctx = host ? redisConnectWithTimeout(host, port, tv)
-                        : u->unix_path ? redisConnectUnixWithTimeout(u->unix_path, tv)
-                                       : redisConnectWithTimeout(u->host, u->port, tv);
+    redisContext *ctx;
+    if (u->tls) {
+        /* hiredis gets a local socket whose bytes the relay carries in TLS. */
+        int fd;
+        sluice_err e = sluicei_tls_open_fd(host ? host : u->host, host ? port : u->port,
+                                           connect_ms, &fd, err, errlen);
+        if (e != SLUICE_OK)
+            return e;
+        ctx = redisConnectFd(fd);
+        if (!ctx)
+            close(fd);
+    } else {
+        ctx = host ? redisConnectWithTimeout(host, port, tv)
+              : u->unix_path ? redisConnectUnixWithTimeout(u->unix_path, tv)
+                             : redisConnectWithTimeout(u->host, u->port, tv);
+    }
     if (!ctx) {
         seterr(err, errlen, "connect: out of memory");
         return SLUICE_ERR_NOMEM;
