@@ -243,6 +243,21 @@ sluice_err sluicei_redis_connect(redisContext **out, const sluicei_url *u, const
     return SLUICE_OK;
 }
 
+/* Adds to c->errstr, after a plain TCP connection failed in its first
+ * commands, that the port may be a TLS one: a TLS port drops a plain
+ * request (or answers with a TLS alert, which starts with byte 0x15). */
+static void tls_port_hint(sluicei_conn *c)
+{
+    const char *m = c->errstr;
+    if (c->url.tls || c->url.unix_path ||
+        !(strstr(m, "Connection reset by peer") || strstr(m, "Server closed the connection") ||
+          strstr(m, "got \"\\x15\"")))
+        return;
+    size_t n = strlen(m);
+    snprintf(c->errstr + n, sizeof c->errstr - n,
+             " (if this port is Redis's tls-port, use rediss://)");
+}
+
 /* One attempt: connect, AUTH, SELECT, SCRIPT LOAD. On failure c->ctx is
  * NULL and c->errstr says why; only SLUICE_ERR_IO is worth retrying. */
 static sluice_err connect_once(sluicei_conn *c, int connect_ms)
@@ -257,12 +272,17 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
         char addr[256];
         sluicei_url_describe(u, addr, sizeof addr);
         snprintf(c->errstr, sizeof c->errstr, "redis %.200s: %.290s", addr, why);
+        if (e == SLUICE_ERR_IO && strncmp(why, "connect: ", 9) != 0)
+            tls_port_hint(c);
         return e;
     }
     if (u->db != 0) {
         redisReply *r = redisCommand(c->ctx, "SELECT %d", u->db);
-        if ((e = setup_reply(c, r, "SELECT")) != SLUICE_OK)
+        if ((e = setup_reply(c, r, "SELECT")) != SLUICE_OK) {
+            if (e == SLUICE_ERR_IO)
+                tls_port_hint(c);
             return e;
+        }
     }
 
     /* A new server (or a restarted one) has none of our scripts. */
@@ -285,6 +305,8 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
             snprintf(c->errstr, sizeof c->errstr, "redis %.200s: %.290s", addr, msg);
             drop(c);
         }
+        if (e == SLUICE_ERR_IO)
+            tls_port_hint(c);
         return e;
     }
     return SLUICE_OK;

@@ -49,6 +49,9 @@
 /* How long sluicei_tls_accept() waits for the connection its caller made. */
 #define ACCEPT_WAIT_MS 1000
 
+/* Longest file or server name quoted whole in a message. */
+#define NAME_QUOTE_MAX 160
+
 #define seterr sluicei_seterr
 #define QUOTE_MAX SLUICEI_QUOTE_MAX
 
@@ -80,9 +83,21 @@ static int wait_fd(int fd, short events, int64_t deadline)
     }
 }
 
+/* A printable copy of s (a file or server name) for a message: control
+ * bytes as '?', cut with "..." to fit dst. */
 static const char *quoted(char *dst, size_t n, const char *s)
 {
-    return sluicei_quote(dst, n, s, strlen(s));
+    size_t o = 0, len = strlen(s);
+    for (size_t i = 0; i < len && o + 4 < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        dst[o++] = ch >= 32 && ch < 127 ? (char)ch : '?';
+    }
+    if (o < len && o + 4 <= n) {
+        memcpy(dst + o, "...", 3);
+        o += 3;
+    }
+    dst[o] = '\0';
+    return dst;
 }
 
 static const char *env(const char *name)
@@ -190,7 +205,7 @@ static const char *key_problem(const char *path, char *buf, size_t n)
 /* The file var names is a regular file we may read. */
 static sluice_err check_file(const char *var, const char *path, char *err, size_t errlen)
 {
-    char q[QUOTE_MAX + 8];
+    char q[NAME_QUOTE_MAX];
     /* Non-blocking: a FIFO named by mistake must not hang the program. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
@@ -209,7 +224,7 @@ static sluice_err check_file(const char *var, const char *path, char *err, size_
 
 static sluice_err build_ctx(const settings *s, SSL_CTX **out, char *err, size_t errlen)
 {
-    char q[QUOTE_MAX + 8], q2[QUOTE_MAX + 8], why[160];
+    char q[NAME_QUOTE_MAX], q2[NAME_QUOTE_MAX], why[160];
     sluice_err e;
     *out = NULL;
     if (s->cert && !s->key) {
@@ -402,7 +417,7 @@ static int client_cert_alert(int reason)
 static sluice_err tls_fail(SSL *ssl, int se, const char *stage, const settings *s,
                            const char *name, char *err, size_t errlen)
 {
-    char q[QUOTE_MAX + 8], why[160];
+    char q[NAME_QUOTE_MAX], why[160];
     int reason = ERR_GET_REASON(ERR_peek_last_error());
     int sys = errno;
     ssl_reason(why, sizeof why);
@@ -585,7 +600,7 @@ static void init(void);
 static sluice_err tls_connect(const char *host, int port, int timeout_ms, int *fdp, SSL **sslp,
                               char *err, size_t errlen)
 {
-    char q[QUOTE_MAX + 8], why[160];
+    char q[NAME_QUOTE_MAX], why[160];
     *fdp = -1;
     *sslp = NULL;
     pthread_once(&init_once, init);
