@@ -6,8 +6,9 @@
 # producers, one of them with an --exec command, so forking while its TLS
 # connections are open; two consumers) delivers every record exactly once;
 # the Python binding reads a queue, a fork()ed child of it reads with a
-# consumer of its own, and once closed no thread or descriptor is left.
-# What must fail fails at once, saying why: a CA that did not sign the
+# consumer of its own, and once closed no thread or descriptor is left; a
+# consumer whose connections Redis drops five times reconnects through new
+# tunnels, with no descriptor or thread more. What must fail fails at once, saying why: a CA that did not sign the
 # server's certificate ("certificate verify failed ... (CA file ...)"), a
 # name the certificate does not hold (SLUICE_TLS_SERVER_NAME), a server
 # that wants a client certificate and got none or one it does not trust,
@@ -132,6 +133,35 @@ pyline=$(py "$ROOT/tests/integration/tls.py" "$TLS_URL" pyq "$(kv batches "$plin
 note "python: $pyline"
 [[ $(kv checksum "$pyline") == $(kv checksum "$pline") && $(kv records "$pyline") == 120 ]] ||
     fail "python read $pyline, the producer pushed $pline"
+
+# ---- connections dropped: new tunnels, nothing left behind ----------------------
+# tls_clients: the ids of the clients Redis has on its TLS port.
+tls_clients() { rcli CLIENT LIST | grep "laddr=127.0.0.1:$tls_port " | sed 's/^id=\([0-9]*\) .*/\1/' | sort; }
+ctl create rq --max-batches 100 --max-bytes 16M >/dev/null || fail "create rq"
+bg "$T/rc.out" "$T/rc.err" "$BUILD/sluice-consume" --redis "$TLS_URL" --queue rq --summary \
+    --count 10 --quiet
+rcpid=$BG_PID
+wait_for 10 eval '(($(tls_clients | wc -l) >= 3))' || fail "the consumer did not connect over TLS"
+nconn=$(tls_clients | wc -l)
+fds0=$(ls "/proc/$rcpid/fd" | wc -l)
+threads0=$(ls "/proc/$rcpid/task" | wc -l)
+for round in 1 2 3 4 5; do
+    before=$(tls_clients)
+    rcli CLIENT KILL LADDR "127.0.0.1:$tls_port" >/dev/null
+    # Connected again: as many TLS clients as before, none of the old ones.
+    wait_for 20 eval '[[ $(tls_clients | wc -l) == "$nconn" && -z $(comm -12 <(tls_clients) <(echo "$before")) ]]' ||
+        fail "round $round: the consumer did not reconnect over TLS ($(tls_clients | wc -l) clients): $(cat "$T/rc.err")"
+done
+fds1=$(ls "/proc/$rcpid/fd" | wc -l)
+threads1=$(ls "/proc/$rcpid/task" | wc -l)
+((fds1 == fds0 && threads1 == threads0)) ||
+    fail "after 5 reconnects the consumer has $fds1 descriptors and $threads1 threads, before $fds0 and $threads0"
+"$BUILD/sluice-producer" --redis "$TLS_URL" --queue rq --format lines --batch-size 6 --quiet \
+    "$T/e.txt" || fail "sluice-producer (rq) failed"
+rc=0; wait_pid "$rcpid" 30 || rc=$?
+((rc == 0)) || fail "the consumer that reconnected exit $rc: $(cat "$T/rc.err")"
+[[ $(kv records "$(cat "$T/rc.out")") == 60 ]] || fail "after reconnects: $(cat "$T/rc.out"), expected 60 records"
+note "5 reconnects over TLS: $nconn connections each time, $fds0 descriptors and $threads0 threads throughout"
 
 # ---- what must fail, fails at once and says why ----------------------------------
 # expect_fail WHAT TEXT CMD...: CMD exits non-zero within 10 s, its stderr
