@@ -41,6 +41,8 @@
 /* Rounds of a tunnel's copying before the relay turns to the others: one
  * busy tunnel does not starve the rest. */
 #define PUMP_ROUNDS 8
+/* What an SSL reads from its socket at once (read ahead). */
+#define READ_AHEAD_BYTES (128 * 1024)
 /* Longest first line of the server's answer to the PING of a new tunnel. */
 #define PING_REPLY_MAX 256
 /* Added to the wait for the server's verdict on a TLS 1.3 handshake
@@ -253,6 +255,9 @@ static sluice_err build_ctx(const settings *s, SSL_CTX **out, char *err, size_t 
     /* The relay writes what it has and keeps the rest, from a buffer that
      * moves as it fills. */
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    /* Reads take what the socket has, many records a system call. */
+    SSL_CTX_set_read_ahead(ctx, 1);
+    SSL_CTX_set_default_read_buffer_len(ctx, READ_AHEAD_BYTES);
     SSL_CTX_set_default_passwd_cb(ctx, no_passphrase);
 
     if (s->ca) {
@@ -690,10 +695,11 @@ static void tunnel_free(tunnel *t)
 }
 
 /* Moves what buf holds to its front when the free room at its end is less
- * than half. */
+ * than a quarter, and what it holds no more than what was taken from its
+ * front: each byte is moved at most once on average. */
 static void compact(unsigned char *buf, size_t *off, size_t len)
 {
-    if (*off > 0 && SLUICEI_TLS_BUF_BYTES - *off - len < SLUICEI_TLS_BUF_BYTES / 2) {
+    if (*off >= len && SLUICEI_TLS_BUF_BYTES - *off - len < SLUICEI_TLS_BUF_BYTES / 4) {
         memmove(buf, buf + *off, len);
         *off = 0;
     }
@@ -745,18 +751,21 @@ static int pump(tunnel *t)
                     t->tls_eof = 1, progress = 1;
             }
         }
-        if (!t->tls_eof && t->down_off + t->down_len < SLUICEI_TLS_BUF_BYTES) {
+        /* SSL_read gives one record (16 KiB at most) a call: the buffer
+         * is filled before hiredis's end gets it, in one write. */
+        while (!t->tls_eof && t->down_off + t->down_len < SLUICEI_TLS_BUF_BYTES) {
             ERR_clear_error();
             int r = SSL_read(t->ssl, t->down + t->down_off + t->down_len,
                              (int)(SLUICEI_TLS_BUF_BYTES - t->down_off - t->down_len));
             if (r > 0) {
                 t->down_len += (size_t)r, progress = 1;
                 t->rd_want = POLLIN;
-            } else {
-                t->rd_want = ssl_want(t->ssl, r, &failed);
-                if (failed)
-                    t->tls_eof = 1, progress = 1;
+                continue;
             }
+            t->rd_want = ssl_want(t->ssl, r, &failed);
+            if (failed)
+                t->tls_eof = 1, progress = 1;
+            break;
         }
         if (t->down_len > 0) {
             ssize_t n = send(t->local_fd, t->down + t->down_off, t->down_len,
