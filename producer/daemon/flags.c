@@ -53,6 +53,11 @@ static void usage(FILE *f)
             "                     A password may come from $SLUICE_REDIS_PASSWORD instead of\n"
             "                     the URL, or from the file $SLUICE_REDIS_PASSWORD_FILE\n"
             "                     names (its first line).\n"
+            "                     TLS: rediss://, rediss+cluster:// (the server's\n"
+            "                     certificate checked against $SLUICE_TLS_CA_FILE, else\n"
+            "                     the system's CAs; $SLUICE_TLS_SERVER_NAME,\n"
+            "                     $SLUICE_TLS_CERT_FILE, $SLUICE_TLS_KEY_FILE: see\n"
+            "                     sluice-ctl --help).\n"
             "  --queue Q          the queue to push into (create it with: sluice-ctl create Q)\n"
             "  --format F         files mode: input format (default tfrecord):\n");
     const sluicei_reader_format *fmt;
