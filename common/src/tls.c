@@ -41,6 +41,9 @@
 /* Rounds of a tunnel's copying before the relay turns to the others: one
  * busy tunnel does not starve the rest. */
 #define PUMP_ROUNDS 8
+/* How long a tunnel whose hiredis end closed keeps trying to pass on what
+ * hiredis sent before (a server that reads nothing must not keep it). */
+#define LINGER_MS 10000
 /* What an SSL reads from its socket at once (read ahead). */
 #define READ_AHEAD_BYTES (128 * 1024)
 /* Longest first line of the server's answer to the PING of a new tunnel. */
@@ -667,6 +670,7 @@ typedef struct tunnel {
     int tls_fd, local_fd;
     short rd_want, wr_want;       /* what SSL_read, SSL_write wait for (POLLIN/POLLOUT) */
     int local_eof, tls_eof, again;
+    int64_t linger_until;         /* hiredis closed, bytes still to send: give up then */
     size_t up_off, up_len;        /* hiredis to the server: bytes read, not yet sent */
     size_t down_off, down_len;    /* the server to hiredis */
     unsigned char up[SLUICEI_TLS_BUF_BYTES], down[SLUICEI_TLS_BUF_BYTES];
@@ -767,7 +771,10 @@ static int pump(tunnel *t)
                 t->tls_eof = 1, progress = 1;
             break;
         }
-        if (t->down_len > 0) {
+        if (t->local_eof) {
+            /* hiredis closed: nobody reads what the server says now. */
+            t->down_off = t->down_len = 0;
+        } else if (t->down_len > 0) {
             ssize_t n = send(t->local_fd, t->down + t->down_off, t->down_len,
                              MSG_NOSIGNAL | MSG_DONTWAIT);
             if (n > 0) {
@@ -780,6 +787,8 @@ static int pump(tunnel *t)
                 return 1;
             }
         }
+        if (t->local_eof && t->up_len > 0 && !t->linger_until)
+            t->linger_until = mono_ms() + LINGER_MS;
         if (t->local_eof && (t->up_len == 0 || t->tls_eof)) {
             if (!t->tls_eof) {
                 /* One try at a close_notify; the server needs none. */
@@ -861,12 +870,18 @@ static void *relay_main(void *arg)
         pf[0].events = POLLIN;
         pf[0].revents = 0;
         int timeout = -1;
+        int64_t now = mono_ms();
         size_t i = 0;
         for (tunnel *t = relay.live; t; t = t->next, i++) {
             who[i] = t;
             poll_entries(t, &pf[1 + 2 * i], &pf[2 + 2 * i]);
             if (t->again)
                 timeout = 0;
+            if (t->linger_until) {
+                int64_t left = t->linger_until > now ? t->linger_until - now : 0;
+                if (timeout < 0 || left < timeout)
+                    timeout = (int)left;
+            }
         }
         pthread_mutex_unlock(&relay.mu);
         int r = poll(pf, (nfds_t)(1 + 2 * n), timeout);
@@ -878,11 +893,13 @@ static void *relay_main(void *arg)
             while (read(relay.wake[0], drain, sizeof drain) > 0) {
             }
         }
+        now = mono_ms();
         for (i = 0; i < n; i++) {
             tunnel *t = who[i];
-            if (!pf[1 + 2 * i].revents && !pf[2 + 2 * i].revents && !t->again)
+            int lingered = t->linger_until && now >= t->linger_until;
+            if (!lingered && !pf[1 + 2 * i].revents && !pf[2 + 2 * i].revents && !t->again)
                 continue;
-            if (!pump(t))
+            if (!lingered && !pump(t))
                 continue;
             tunnel **pp = &relay.live;
             while (*pp != t)
