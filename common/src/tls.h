@@ -10,9 +10,9 @@
  * the server closing its end closes hiredis's (after the bytes the server
  * sent before). hiredis's reconnects open new tunnels.
  *
- * The relay thread (one per process, started with the first tunnel, ended
- * when the last tunnel closes) owns the tunnels; its buffers are bounded
- * (SLUICEI_TLS_BUF_BYTES each way per tunnel). A fork()ed child keeps none
+ * The relay thread (tls_relay.h: one per process, started with the first
+ * tunnel, ended when the last tunnel closes) owns the tunnels; its buffers
+ * are bounded (SLUICEI_TLS_BUF_BYTES each way per tunnel). A fork()ed child keeps none
  * of the parent's tunnels (their sockets are closed in the child, so the
  * parent's connections still end when the parent closes them) and starts
  * its own relay when it connects. Every descriptor is close-on-exec.
@@ -65,8 +65,5 @@ sluice_err sluicei_tls_open_path(const char *host, int port, int timeout_ms,
 const char *sluicei_tls_path(const sluicei_tls_pending *p);
 sluice_err sluicei_tls_accept(sluicei_tls_pending *p, char *err, size_t errlen);
 void sluicei_tls_cancel(sluicei_tls_pending *p);   /* NULL is a no-op */
-
-/* Tunnels the relay carries now (tests: none leak). */
-int sluicei_tls_tunnels(void);
 
 #endif
