@@ -20,8 +20,9 @@ ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 # never of a part above: the build keeps the layers.
 #
 #   common/include/sluice  the public API (all that is installed)
-#   common/src             libsluice's core: errors, addresses, connections,
-#                          the key schema and scripts, the wire format, cluster
+#   common/src             libsluice's core: errors, addresses, connections
+#                          (TLS too), the key schema and scripts, the wire
+#                          format, cluster
 #   consumer/src           libsluice's consumer half       (sees core)
 #   producer/src           libsluice's producer half       (sees core)
 #   producer/job           job logic: manifests, readers, transforms, the
