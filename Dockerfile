@@ -19,7 +19,7 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential pkg-config \
-        libhiredis-dev libevent-dev libmsgpack-dev zlib1g-dev \
+        libhiredis-dev libevent-dev libmsgpack-dev zlib1g-dev libssl-dev \
         python3 \
  && rm -rf /var/lib/apt/lists/*
 
@@ -44,6 +44,8 @@ RUN rm -rf build \
 # ---- runtime ----------------------------------------------------------------
 FROM debian:bookworm-slim
 
+# libssl3 is for rediss:// addresses, ca-certificates the CAs they trust
+# when SLUICE_TLS_CA_FILE names none.
 # EXTRA_PACKAGES: more Debian packages for the runtime image, e.g.
 # dataset-fashion-mnist (the data of the example job; compose passes it),
 # or "python3 python3-numpy" for the Python package.
@@ -52,6 +54,7 @@ ARG EXTRA_PACKAGES=""
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         libhiredis0.14 libevent-2.1-7 libevent-pthreads-2.1-7 libmsgpackc2 zlib1g \
+        libssl3 ca-certificates \
         $EXTRA_PACKAGES \
  && rm -rf /var/lib/apt/lists/*
 

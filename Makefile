@@ -8,7 +8,7 @@ BUILD   ?= build
 SAN     ?=
 CC      ?= cc
 
-PKGS      := hiredis libevent msgpack
+PKGS      := hiredis libevent msgpack openssl
 BASE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -D_GNU_SOURCE -fvisibility=hidden
 ALL_CFLAGS  = $(BASE_CFLAGS) $(SAN) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
 LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz -ldl
@@ -20,8 +20,9 @@ ALL_LDFLAGS = $(SAN) $(LDFLAGS)
 # never of a part above: the build keeps the layers.
 #
 #   common/include/sluice  the public API (all that is installed)
-#   common/src             libsluice's core: errors, addresses, connections,
-#                          the key schema and scripts, the wire format, cluster
+#   common/src             libsluice's core: errors, addresses, connections
+#                          (TLS too), the key schema and scripts, the wire
+#                          format, cluster
 #   consumer/src           libsluice's consumer half       (sees core)
 #   producer/src           libsluice's producer half       (sees core)
 #   producer/job           job logic: manifests, readers, transforms, the

@@ -3,9 +3,10 @@
 private redis-server and the private Redis Clusters). For each payload size
 it measures, interleaved in one run: the redis-benchmark limit, sluice end
 to end (acks on and at-most-once, 1x1 and 2x2), the Python peer (1x1 and
-2x2), the latency of next() on a pre-filled queue, and sluice on a
-partitioned queue in Redis Clusters of 1, 2 and 3 masters (--clusters). It
-prints a markdown report and writes it to --out (bench/results.md).
+2x2), the latency of next() on a pre-filled queue, sluice over TLS next to
+sluice in plain text (--tls-port), and sluice on a partitioned queue in
+Redis Clusters of 1, 2 and 3 masters (--clusters). It prints a markdown
+report and writes it to --out (bench/results.md).
 bench/README.md says what each number means.
 """
 import argparse
@@ -112,6 +113,10 @@ class Bench:
         self.a = a
         self.build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
         self.url = "redis://127.0.0.1:%d" % a.port
+        # The same server's TLS port; the tools find its CA in the environment.
+        self.tls_url = "rediss://127.0.0.1:%d" % a.tls_port if a.tls_port else None
+        if a.tls_ca:
+            os.environ["SLUICE_TLS_CA_FILE"] = a.tls_ca
         self.nrun = 0
         # masters -> (redis+cluster:// URL, [every node's port])
         self.clusters = {}
@@ -246,19 +251,23 @@ class Bench:
         return dict(bps=pairs, mbs=pairs * size / 1e6, push=rates[0], pop=rates[1],
                     rcpu=(cpu1 - cpu0) / (n * size / 1e9))
 
-    def sluice(self, size, ack, np, nc):
+    def sluice(self, size, ack, np, nc, url=None):
+        """sluice end to end; url (default the plain one) is where the
+        producers and consumers connect (the queue is made over the plain
+        one)."""
         pr = PARAMS[size]
+        url = url or self.url
         self.nrun += 1
         q = "bench%d" % self.nrun
         self.ctl("create", q, "--max-batches", str(budget_batches(size)),
                  "--max-bytes", str(BUDGET_BYTES))
         try:
             per = pr["count"] // np
-            cons = [[os.path.join(self.build, "bench-consume"), "--redis", self.url, "--queue", q,
+            cons = [[os.path.join(self.build, "bench-consume"), "--redis", url, "--queue", q,
                      "--prefetch", str(pr["prefetch"]), "--ack", ack,
                      "--expect", str(per * np if nc == 1 else 0), "--idle-ms", str(IDLE_MS)]
                     for _ in range(nc)]
-            prods = [[os.path.join(self.build, "bench-produce"), "--redis", self.url, "--queue", q,
+            prods = [[os.path.join(self.build, "bench-produce"), "--redis", url, "--queue", q,
                       "--size", str(size), "--count", str(per), "--inflight", str(pr["inflight"]),
                       "--task", str(i + 1)] for i in range(np)]
             c, p, rc = self.run_group(cons, prods, until_idle=nc > 1)
@@ -427,6 +436,11 @@ def main():
     ap.add_argument("--cluster-only", action="store_true",
                     help="only the cluster scaling part (and the single server's run it compares "
                          "with); its section replaces the one in --out")
+    ap.add_argument("--tls-port", type=int, help="the private server's TLS port: sluice over "
+                    "rediss:// side by side with redis://")
+    ap.add_argument("--tls-ca", help="the CA file of the TLS port's certificate")
+    ap.add_argument("--tls-only", action="store_true",
+                    help="only the TLS part; its section replaces the one in --out")
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     csizes = [int(s) for s in (a.cluster_sizes or a.sizes).split(",")] if a.clusters else []
@@ -434,6 +448,10 @@ def main():
         if not a.clusters:
             ap.error("--cluster-only needs --clusters")
         sizes = []
+    if a.tls_only:
+        if not a.tls_port:
+            ap.error("--tls-only needs --tls-port")
+        csizes = []
     for s in sizes + csizes:
         if s not in PARAMS:
             ap.error("size %d: the sizes are %s" % (s, ",".join(str(x) for x in SIZES)))
@@ -481,6 +499,14 @@ def main():
                                                              "explicit", *CLUSTER_TOPO))
             if size not in sizes:
                 continue
+            if b.tls_url:
+                # Plain and TLS in turns, the order swapped every repetition.
+                order = [("plain", b.url), ("TLS", b.tls_url)][::1 if rep % 2 == 0 else -1]
+                for label, url in order:
+                    add((size, "tls", label), attempt("sluice acks 1x1 over " + label, b.sluice,
+                                                      size, "explicit", 1, 1, url))
+            if a.tls_only:
+                continue
             if attempt("limit pre-fill", b.limit_prefill, size):
                 for c, pl in LIMIT_SETTINGS:
                     setting = "-c %d -P %d" % (c, pl)
@@ -495,20 +521,21 @@ def main():
                 add((size, "peer", topo), attempt("peer " + topo, b.peer, size, np_, nc))
             print("   rep %d done (%.0f s)" % (rep + 1, time.time() - started), file=sys.stderr,
                   flush=True)
-        if size in sizes:
+        if size in sizes and not a.tls_only:
             r = attempt("next() latency", b.latency, size)
             if r is not None:
                 lat[size] = r
 
     load = (load0, loadavg())
     csec = render_cluster(a, csizes, rows, b, failures if a.cluster_only else [])
-    if a.cluster_only:
-        report = csec
+    tsec = render_tls(a, sizes, rows, failures if a.tls_only else [], load)
+    if a.cluster_only or a.tls_only:
+        report, heading = (csec, CLUSTER_HEADING) if a.cluster_only else (tsec, TLS_HEADING)
         print(report)
-        splice_section(a.out, report)
-        print("cluster section replaced in %s" % os.path.relpath(a.out, ROOT), file=sys.stderr)
+        splice_section(a.out, report, heading)
+        print("section replaced in %s" % os.path.relpath(a.out, ROOT), file=sys.stderr)
         return
-    report = render(a, sizes, rows, lat, time.time() - started, load, failures, csec)
+    report = render(a, sizes, rows, lat, time.time() - started, load, failures, csec + tsec)
     print(report)
     with open(a.out, "w") as f:
         f.write(report)
@@ -516,18 +543,19 @@ def main():
 
 
 CLUSTER_HEADING = "## Scaling over Redis Cluster masters"
+TLS_HEADING = "## The cost of TLS (rediss://)"
 
 
-def splice_section(path, section):
-    """Replaces the cluster section of the report in path (up to the next
-    "## " heading) with section, or adds it at the end."""
+def splice_section(path, section, heading):
+    """Replaces the section under heading of the report in path (up to the
+    next "## " heading) with section, or adds it at the end."""
     try:
         with open(path) as f:
             lines = f.read().split("\n")
     except FileNotFoundError:
         lines = []
     try:
-        i = lines.index(CLUSTER_HEADING)
+        i = lines.index(heading)
         j = next((k for k in range(i + 1, len(lines)) if lines[k].startswith("## ")), len(lines))
     except ValueError:
         i = j = len(lines)
@@ -613,6 +641,45 @@ def render_cluster(a, csizes, rows, b, failures):
     return "\n".join(out)
 
 
+def render_tls(a, sizes, rows, failures, load):
+    """The TLS section: sluice acks on, 1x1, the same transfer over the
+    plain port and the TLS port of one server, per size. Empty without
+    --tls-port."""
+    if not a.tls_port or not sizes:
+        return ""
+    med = {k: median_run(v) for k, v in rows.items() if v}
+    out = []
+    w = out.append
+    w(TLS_HEADING + "\n")
+    w("sluice acks on, 1 producer x 1 consumer, the same transfer to the same server over its "
+      "plain port (`redis://`) and its TLS port (`rediss://`: `redis-server --tls-port`, TLS 1.3, "
+      "the server's certificate verified against `SLUICE_TLS_CA_FILE`), in turns, the order "
+      "swapped every repetition; %d repetitions, each figure the run with the median MB/s. CPU "
+      "s/GB of the producer and the consumer include the TLS relay thread of each (and of "
+      "Redis, its own TLS). Load average (1 min) at the start and the end of the run: %s, %s; "
+      "with other work on the cores the MB/s of both fall, the CPU per GB holds better.\n"
+      % (a.reps, load[0], load[1]))
+    w("| size | MB/s plain | MB/s TLS | TLS / plain | prod CPU s/GB plain, TLS | "
+      "cons CPU s/GB plain, TLS | redis CPU s/GB plain, TLS |")
+    w("|---|--:|--:|--:|--:|--:|--:|")
+    for s in sizes:
+        pl, tl = med.get((s, "tls", "plain")), med.get((s, "tls", "TLS"))
+        if not pl or not tl:
+            w("| %s | failed (see below) | | | | | |" % human(s))
+            continue
+        w("| %s | %s | %s | %s | %s, %s | %s, %s | %s, %s |"
+          % (human(s), fmt(pl["mbs"]), fmt(tl["mbs"]), fmt(tl["mbs"] / pl["mbs"], 2),
+             fmt(pl["pcpu"], 2), fmt(tl["pcpu"], 2), fmt(pl["ccpu"], 2), fmt(tl["ccpu"], 2),
+             fmt(pl["rcpu"], 2), fmt(tl["rcpu"], 2)))
+    w("")
+    if failures:
+        w("Failed measurements:\n")
+        for f_ in failures:
+            w("- " + f_)
+        w("")
+    return "\n".join(out)
+
+
 def render(a, sizes, rows, lat, elapsed, load, failures, cluster_section=""):
     med = {k: median_run(v) for k, v in rows.items() if v}
     out = []
@@ -678,7 +745,7 @@ def render(a, sizes, rows, lat, elapsed, load, failures, cluster_section=""):
     for s in sizes:
         lim = best(s, "limit")
         for k, v in sorted(med.items(), key=lambda kv_: kv_[0][1] != "limit"):
-            if k[0] != s or k[1] == "cluster":
+            if k[0] != s or k[1] in ("cluster", "tls"):
                 continue
             if k[1] == "limit":
                 w("| %s | limit | %s | %s | %s | %s | | | | %s | | |"

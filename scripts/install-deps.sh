@@ -11,10 +11,10 @@ set -euo pipefail
 
 PKGS=(
     build-essential pkg-config
-    libhiredis-dev libevent-dev libmsgpack-dev zlib1g-dev
+    libhiredis-dev libevent-dev libmsgpack-dev zlib1g-dev libssl-dev
     redis-server redis-tools
     python3 python3-msgpack python3-redis python3-numpy
-    procps coreutils docker-compose
+    procps coreutils docker-compose openssl
 )
 # Extra packages a caller needs besides the build's (arguments).
 PKGS+=("$@")

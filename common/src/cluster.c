@@ -178,7 +178,7 @@ static int same_server(const sluicei_url *a, const sluicei_url *b)
         return a->unix_path && b->unix_path && strcmp(a->unix_path, b->unix_path) == 0 &&
                a->db == b->db;
     return a->host && b->host && strcmp(a->host, b->host) == 0 && a->port == b->port &&
-           a->db == b->db;
+           a->db == b->db && a->tls == b->tls;
 }
 
 static sluice_err add_conn(sluicei_router *r, sluicei_conn *c, const char *q)

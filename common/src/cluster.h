@@ -2,10 +2,12 @@
  * independent servers. Internal.
  *
  * An address is one of
- *   redis://... | unix://...                      one server (conn.h)
+ *   redis://... | rediss://... | unix://...       one server (conn.h)
  *   redis+cluster://[user[:password]@]host:port[,host:port...][/][?wait=N]
  *                                                 a Redis Cluster; the hosts
  *                                                 are seeds, any one will do
+ *   rediss+cluster://...                          the same over TLS (tls.h):
+ *                                                 every node it learns of too
  *   redis://a:1,redis://b:2,...                   independent servers
  *
  * A queue (or a partition "Q#p" of a partitioned queue Q) lives wholly on

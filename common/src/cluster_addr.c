@@ -1,7 +1,8 @@
 /* Addresses of many servers (cluster.h): a cluster address
  * redis+cluster://[user[:password]@]host:port[,host:port...][/][?wait=N],
- * parsed seed by seed as redis:// URLs, and lists of plain servers
- * redis://a,redis://b (or one server alone), parsed URL by URL (conn.h);
+ * parsed seed by seed as redis:// URLs (rediss+cluster://: as rediss://
+ * URLs, over TLS), and lists of plain servers redis://a,redis://b (or
+ * one server alone, any of them rediss://), parsed URL by URL (conn.h);
  * and the router's printable form of either, without the password.
  * No I/O. */
 #include "cluster_internal.h"
@@ -86,11 +87,14 @@ static const char *bare(const char *msg)
 
 /* redis+cluster://[user[:password]@]host:port[,host:port...][/][?wait=N]:
  * each seed is parsed as redis://[userinfo@]seed<tail>, so credentials,
- * SLUICE_REDIS_PASSWORD and ?wait=N mean what they mean in a redis:// URL. */
-static sluice_err parse_cluster(sluicei_router *r, const char *addr, char *err, size_t errlen)
+ * SLUICE_REDIS_PASSWORD and ?wait=N mean what they mean in a redis:// URL;
+ * with tls (rediss+cluster://) as rediss://[userinfo@]seed<tail>. */
+static sluice_err parse_cluster(sluicei_router *r, const char *addr, int tls, char *err,
+                                size_t errlen)
 {
     char q[QUOTE_MAX + 8];
-    const char *rest = addr + strlen(CLUSTER_SCHEME "://");
+    const char *scheme = tls ? "rediss://" : "redis://";
+    const char *rest = addr + strlen(tls ? CLUSTER_TLS_SCHEME "://" : CLUSTER_SCHEME "://");
     /* The last '@' ends the userinfo, as in a redis:// URL. */
     const char *at = strrchr(rest, '@');
     const char *hosts = at ? at + 1 : rest;
@@ -99,8 +103,8 @@ static sluice_err parse_cluster(sluicei_router *r, const char *addr, char *err, 
     const char *tail = hosts + hl;
 
     if (hl == 0) {
-        seterr(err, errlen, "cluster address: no host:port (use redis+cluster://host:port"
-                            "[,host:port...])");
+        seterr(err, errlen, "cluster address: no host:port (use %s+cluster://host:port"
+                            "[,host:port...])", tls ? "rediss" : "redis");
         return SLUICE_ERR_INVALID;
     }
     if (strstr(hosts, "://")) {
@@ -146,13 +150,13 @@ static sluice_err parse_cluster(sluicei_router *r, const char *addr, char *err, 
             seterr(err, errlen, "cluster address: more than %d seeds", MAX_ADDRS);
             return SLUICE_ERR_INVALID;
         }
-        size_t len = strlen("redis://") + ul + 1 + sl + strlen(tail) + 1;
+        size_t len = strlen(scheme) + ul + 1 + sl + strlen(tail) + 1;
         char *url = malloc(len);
         if (!url) {
             seterr(err, errlen, "cluster address: out of memory");
             return SLUICE_ERR_NOMEM;
         }
-        snprintf(url, len, "redis://%.*s%s%.*s%s", (int)ul, rest, at ? "@" : "", (int)sl, s,
+        snprintf(url, len, "%s%.*s%s%.*s%s", scheme, (int)ul, rest, at ? "@" : "", (int)sl, s,
                  tail);
         sluicei_url u;
         char why[256];
@@ -213,7 +217,8 @@ static sluice_err parse_list(sluicei_router *r, const char *addr, char *err, siz
         }
         memcpy(url, s, sl);
         url[sl] = '\0';
-        if (prefix_nocase(url, CLUSTER_SCHEME "://")) {
+        if (prefix_nocase(url, CLUSTER_SCHEME "://") ||
+            prefix_nocase(url, CLUSTER_TLS_SCHEME "://")) {
             free_secret(url);
             seterr(err, errlen, "server list: server %d is a cluster address; a cluster "
                                 "address stands alone (redis+cluster://h:p,h:p)", n);
@@ -273,7 +278,8 @@ static sluice_err make_desc(sluicei_router *r)
     d[0] = '\0';
     if (r->kind == SLUICEI_ROUTER_CLUSTER) {
         const sluicei_url *t = &r->servers[0];
-        append(d, cap, &o, "%s://%s%s", CLUSTER_SCHEME, t->user ? t->user : "",
+        append(d, cap, &o, "%s://%s%s", t->tls ? CLUSTER_TLS_SCHEME : CLUSTER_SCHEME,
+               t->user ? t->user : "",
                t->user ? "@" : "");
         for (int i = 0; i < r->nservers; i++) {
             const sluicei_url *u = &r->servers[i];
@@ -307,9 +313,10 @@ static sluice_err make_desc(sluicei_router *r)
 sluice_err cluster_addr_parse(sluicei_router *r, const char *addr, char *err, size_t errlen)
 {
     sluice_err e;
-    if (prefix_nocase(addr, CLUSTER_SCHEME "://")) {
+    if (prefix_nocase(addr, CLUSTER_SCHEME "://") ||
+        prefix_nocase(addr, CLUSTER_TLS_SCHEME "://")) {
         r->kind = SLUICEI_ROUTER_CLUSTER;
-        e = parse_cluster(r, addr, err, errlen);
+        e = parse_cluster(r, addr, prefix_nocase(addr, CLUSTER_TLS_SCHEME "://"), err, errlen);
     } else {
         e = parse_list(r, addr, err, errlen);
         r->kind = r->nservers > 1 ? SLUICEI_ROUTER_LIST : SLUICEI_ROUTER_SINGLE;

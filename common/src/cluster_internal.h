@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #define CLUSTER_SCHEME "redis+cluster"
+#define CLUSTER_TLS_SCHEME "rediss+cluster"
 /* Most seeds in a cluster address, servers in a list. */
 #define MAX_ADDRS 1024
 /* Most nodes remembered (seeds, masters and replicas ever seen). */

@@ -7,6 +7,7 @@
 #include "conn.h"
 #include "retry.h"
 #include "lua_scripts.h"
+#include "tls.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -184,9 +185,22 @@ sluice_err sluicei_redis_connect(redisContext **out, sluicei_reply_guard *g, con
 {
     *out = NULL;
     struct timeval tv = ms_to_tv(connect_ms);
-    redisContext *ctx = host ? redisConnectWithTimeout(host, port, tv)
-                        : u->unix_path ? redisConnectUnixWithTimeout(u->unix_path, tv)
-                                       : redisConnectWithTimeout(u->host, u->port, tv);
+    redisContext *ctx;
+    if (u->tls) {
+        /* hiredis gets a local socket whose bytes the relay carries in TLS. */
+        int fd;
+        sluice_err e = sluicei_tls_open_fd(host ? host : u->host, host ? port : u->port,
+                                           connect_ms, &fd, err, errlen);
+        if (e != SLUICE_OK)
+            return e;
+        ctx = redisConnectFd(fd);
+        if (!ctx)
+            close(fd);
+    } else {
+        ctx = host ? redisConnectWithTimeout(host, port, tv)
+              : u->unix_path ? redisConnectUnixWithTimeout(u->unix_path, tv)
+                             : redisConnectWithTimeout(u->host, u->port, tv);
+    }
     if (!ctx) {
         seterr(err, errlen, "connect: out of memory");
         return SLUICE_ERR_NOMEM;
@@ -233,6 +247,21 @@ sluice_err sluicei_redis_connect(redisContext **out, sluicei_reply_guard *g, con
     return SLUICE_OK;
 }
 
+/* Adds to c->errstr, after a plain TCP connection failed in its first
+ * commands, that the port may be a TLS one: a TLS port drops a plain
+ * request (or answers with a TLS alert, which starts with byte 0x15). */
+static void tls_port_hint(sluicei_conn *c)
+{
+    const char *m = c->errstr;
+    if (c->url.tls || c->url.unix_path ||
+        !(strstr(m, "Connection reset by peer") || strstr(m, "Server closed the connection") ||
+          strstr(m, "got \"\\x15\"")))
+        return;
+    size_t n = strlen(m);
+    snprintf(c->errstr + n, sizeof c->errstr - n,
+             " (if this port is Redis's tls-port, use rediss://)");
+}
+
 /* One attempt: connect, AUTH, SELECT, SCRIPT LOAD. On failure c->ctx is
  * NULL and c->errstr says why; only SLUICE_ERR_IO is worth retrying. */
 static sluice_err connect_once(sluicei_conn *c, int connect_ms)
@@ -248,12 +277,17 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
         char addr[256];
         sluicei_url_describe(u, addr, sizeof addr);
         snprintf(c->errstr, sizeof c->errstr, "redis %.200s: %.290s", addr, why);
+        if (e == SLUICE_ERR_IO && strncmp(why, "connect: ", 9) != 0)
+            tls_port_hint(c);
         return e;
     }
     if (u->db != 0) {
         redisReply *r = sluicei_redis_command(c->ctx, "SELECT %d", u->db);
-        if ((e = setup_reply(c, r, "SELECT")) != SLUICE_OK)
+        if ((e = setup_reply(c, r, "SELECT")) != SLUICE_OK) {
+            if (e == SLUICE_ERR_IO)
+                tls_port_hint(c);
             return e;
+        }
     }
 
     /* A new server (or a restarted one) has none of our scripts. */
@@ -276,6 +310,8 @@ static sluice_err connect_once(sluicei_conn *c, int connect_ms)
             snprintf(c->errstr, sizeof c->errstr, "redis %.200s: %.290s", addr, msg);
             drop(c);
         }
+        if (e == SLUICE_ERR_IO)
+            tls_port_hint(c);
         return e;
     }
     return SLUICE_OK;

@@ -32,15 +32,19 @@ typedef struct sluicei_conn {
  * context to u (or to host:port with u's credentials, when host is not
  * NULL), connect_ms to connect, io_ms the socket timeout after, its replies
  * bounded by guard g (reply.h; the caller's, attached here, and it must
- * outlive the context), then AUTH when u has a password. Nothing more (no
- * SELECT, no scripts): what a probe of a cluster node needs, and the first
- * steps of a sluicei_conn. Read its replies with sluicei_redis_command()
- * and the like (reply.h), never with hiredis's own, which know no bounds.
+ * outlive the context), then AUTH when u has a password. When u is a
+ * rediss:// address the connection, to host:port too, goes through a TLS
+ * tunnel (tls.h) made within connect_ms. Nothing more (no SELECT, no
+ * scripts): what a probe of a cluster node needs, and the first steps of a
+ * sluicei_conn. Read its replies with sluicei_redis_command() and the like
+ * (reply.h), never with hiredis's own, which know no bounds.
  * On SLUICE_OK *out is the caller's (redisFree). Else *out is NULL and err
  * says "<step>: <why>", without the address and never the password:
  * SLUICE_ERR_NOMEM, SLUICE_ERR_IO (connect, timeout, no reply, or a
- * passing state of the server, retry.h), SLUICE_ERR_AUTH (AUTH refused),
- * SLUICE_ERR_PROTOCOL (a reply beyond g's limits). */
+ * passing state of the server, retry.h), SLUICE_ERR_AUTH (AUTH refused,
+ * or TLS: a certificate refused), SLUICE_ERR_PROTOCOL (a reply beyond g's
+ * limits; TLS: no TLS on that port), and for TLS SLUICE_ERR_INVALID (a
+ * SLUICE_TLS_* setting), SLUICE_ERR_SYS. */
 sluice_err sluicei_redis_connect(redisContext **out, sluicei_reply_guard *g, const sluicei_url *u,
                                  const char *host, int port, int connect_ms, int io_ms, char *err,
                                  size_t errlen);

@@ -1,4 +1,4 @@
-/* Redis addresses: parsing a redis:// or unix:// URL, printing it without
+/* Redis addresses: parsing a redis://, rediss:// or unix:// URL, printing it without
  * its password, and the error-message helpers of the address parsers
  * (url.h). */
 #include "url.h"
@@ -553,12 +553,14 @@ sluice_err sluicei_url_parse(const char *s, sluicei_url *u, char *err, size_t er
                             "unix:///path/to/redis.sock)");
         return SLUICE_ERR_INVALID;
     }
-    if (same_ascii_nocase(s, sl, "redis")) {
+    if (same_ascii_nocase(s, sl, "redis") || same_ascii_nocase(s, sl, "rediss")) {
         e = parse_tcp(sep + 3, u, err, errlen);
+        u->tls = sl == 6;
     } else if (same_ascii_nocase(s, sl, "unix")) {
         e = parse_unix(sep + 3, u, err, errlen);
     } else {
-        seterr(err, errlen, "redis URL: unknown scheme '%s' (use redis:// or unix://)",
+        seterr(err, errlen, "redis URL: unknown scheme '%s' (use redis://, rediss:// or "
+                            "unix://)",
                quote(q, sizeof q, s, sl));
         return SLUICE_ERR_INVALID;
     }
@@ -600,6 +602,7 @@ sluice_err sluicei_url_copy(sluicei_url *dst, const sluicei_url *src)
     dst->port = src->port;
     dst->db = src->db;
     dst->wait_replicas = src->wait_replicas;
+    dst->tls = src->tls;
     if ((src->host && !(dst->host = dupn(src->host, strlen(src->host)))) ||
         (src->unix_path && !(dst->unix_path = dupn(src->unix_path, strlen(src->unix_path)))) ||
         (src->user && !(dst->user = dupn(src->user, strlen(src->user)))) ||
@@ -626,7 +629,8 @@ void sluicei_url_describe(const sluicei_url *u, char *out, size_t outlen)
         int v6 = strchr(u->host, ':') != NULL;
         if (u->wait_replicas > 0)
             snprintf(wait, sizeof wait, "?wait=%d", u->wait_replicas);
-        snprintf(out, outlen, "redis://%s%s%s%s%s:%d/%d%s", u->user ? u->user : "",
+        snprintf(out, outlen, "%s://%s%s%s%s%s:%d/%d%s", u->tls ? "rediss" : "redis",
+                 u->user ? u->user : "",
                  u->user ? "@" : "", v6 ? "[" : "", u->host, v6 ? "]" : "", u->port, u->db,
                  wait);
     } else {

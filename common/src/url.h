@@ -1,7 +1,8 @@
-/* Redis addresses (redis:// and unix:// URLs). Internal.
+/* Redis addresses (redis://, rediss:// and unix:// URLs). Internal.
  *
  * Accepted addresses:
  *   redis://[user[:password]@]host[:port][/db][?wait=N]   (port 6379, db 0 by default)
+ *   rediss://...  the same over TLS (tls.h)
  *   unix:///path/to/redis.sock[?db=N][&wait=N]
  * wait=N (0..16) sets wait_replicas.
  * A password in the URL wins; otherwise SLUICE_REDIS_PASSWORD is used when
@@ -22,6 +23,7 @@ typedef struct sluicei_url {
     char *user;        /* NULL: no ACL user (AUTH password) */
     char *password;    /* NULL: no AUTH */
     int db;
+    int tls;           /* rediss://: connections go through TLS (tls.h) */
     int wait_replicas; /* > 0: writes are followed by WAIT wait_replicas (see
                           SLUICEI_WAIT_MS); from "?wait=N", or set by the
                           cluster router when the node has replicas */

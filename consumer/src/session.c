@@ -4,6 +4,7 @@
  * finding the queue's node again through a router; handing the hand
  * connection's socket to next() and pushing its corked marks. */
 #include "consumer_internal.h"
+#include "tls.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -263,6 +264,25 @@ static int resolve_node(sluice_consumer *c)
     return 0;
 }
 
+/* For a rediss:// address: the TLS side of a connection, made before
+ * hiredis connects to its local end. The handshake blocks the loop (up to
+ * the connect timeout), as resolve_node() does: only while the session is
+ * down, when the loop has nothing else to send. A refused certificate or a
+ * wrong setting ends the consumer; anything else is tried again. Returns
+ * -1 when the session failed. */
+static int tls_tunnel(sluice_consumer *c, sluicei_tls_pending **out)
+{
+    char why[400];
+    sluice_err e = sluicei_tls_open_path(c->url.host, c->url.port, c->connect_timeout_ms, out,
+                                         why, sizeof why);
+    if (e == SLUICE_OK)
+        return 0;
+    if (e == SLUICE_ERR_AUTH || e == SLUICE_ERR_INVALID || e == SLUICE_ERR_PROTOCOL)
+        loop_fatal(c, e, "redis %s: %s", c->addr, why);
+    session_fail(c, "redis %s: %s", c->addr, why);
+    return -1;
+}
+
 /* Starts a session: three non-blocking connects, and the setup commands
  * queued behind them (hiredis sends them once connected). Scripts are
  * loaded again every time: a restarted server has none. The hand
@@ -285,18 +305,29 @@ void session_start(sluice_consumer *c)
     size_t max_string, max_reply;
     sluicei_reply_limits_for(c->max_batch_bytes, (size_t)c->prefetch, &max_string, &max_reply);
     for (int i = 0; i < NCONN; i++) {
-        redisAsyncContext *ac = c->url.unix_path ? redisAsyncConnectUnix(c->url.unix_path)
-                                                 : redisAsyncConnect(c->url.host, c->url.port);
-        if (!ac) {
-            session_fail(c, "redis %s: connect: out of memory", c->addr);
+        sluicei_tls_pending *tunnel = NULL;
+        if (c->url.tls && tls_tunnel(c, &tunnel) != 0)
             return;
-        }
-        if (ac->err) {
+        redisAsyncContext *ac = tunnel ? redisAsyncConnectUnix(sluicei_tls_path(tunnel))
+                                : c->url.unix_path ? redisAsyncConnectUnix(c->url.unix_path)
+                                                   : redisAsyncConnect(c->url.host, c->url.port);
+        if (!ac || ac->err) {
             char msg[256];
-            snprintf(msg, sizeof msg, "%s", ac->errstr);
-            redisAsyncFree(ac);
+            snprintf(msg, sizeof msg, "%s", ac ? ac->errstr : "out of memory");
+            if (ac)
+                redisAsyncFree(ac);
+            sluicei_tls_cancel(tunnel);
             session_fail(c, "redis %s: connect: %s", c->addr, msg);
             return;
+        }
+        if (tunnel) {
+            char why[400];
+            sluice_err e = sluicei_tls_accept(tunnel, why, sizeof why);
+            if (e != SLUICE_OK) {
+                redisAsyncFree(ac);
+                session_fail(c, "redis %s: %s", c->addr, why);
+                return;
+            }
         }
         ac->data = c;
         c->ac[i] = ac;

@@ -359,7 +359,11 @@ static redisContext *redis_open(const char *url, char *err, size_t errlen)
         if (!*host)
             host = "127.0.0.1";
     } else {
-        die("--redis: '%s' is not redis://... or unix://...", url);
+        die("--redis: '%s' is not redis://... or unix://...%s", url,
+            strncmp(url, "rediss", 6) == 0
+                ? " (this example averages its weights over a plain hiredis connection of its "
+                  "own: it has no TLS)"
+                : "");
     }
     if (!pass && getenv("SLUICE_REDIS_PASSWORD") && *getenv("SLUICE_REDIS_PASSWORD"))
         pass = getenv("SLUICE_REDIS_PASSWORD");
@@ -592,8 +596,8 @@ static const char usage_text[] =
     "every end of epoch, and scores the final model on a test set.\n"
     "\n"
     "options:\n"
-    "  --redis URL          as for sluice-ctl (default $SLUICE_REDIS_URL, else\n"
-    "                       redis://127.0.0.1:6379)\n"
+    "  --redis URL          as for sluice-ctl, but without TLS (rediss://) (default\n"
+    "                       $SLUICE_REDIS_URL, else redis://127.0.0.1:6379)\n"
     "  --queue Q            the queue (created --coordinated --consumers N)\n"
     "  --rank R             this trainer's rank, 0..N-1 (default 0)\n"
     "  --world N            the number of ranks (default 1); 0: a free queue (not\n"

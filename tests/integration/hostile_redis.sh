@@ -61,6 +61,8 @@ hostile() {
     shift 2
     timeout -k 5 60 /usr/bin/time -v -o "$T/$name.time" "$@" >"$T/$name.out" 2>"$T/$name.err" ||
         rc=$?
+    # The proxy logs the hang-up when its next write fails: wait for it.
+    wait_for 10 in_file "$HP_LOG" "hung up" || true
     kill "$HP_PID" 2>/dev/null || true
     ((rc != 124 && rc != 137)) ||
         fail "$name: still running after 60 s: $(tail -n 3 "$T/$name.err")"

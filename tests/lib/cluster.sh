@@ -38,6 +38,15 @@ CLUSTER_URL=
 CLUSTER_PORTS=()
 # Extra redis-server arguments for every node (e.g. --maxmemory 1gb).
 CLUSTER_REDIS_ARGS=(${CLUSTER_REDIS_ARGS[@]+"${CLUSTER_REDIS_ARGS[@]}"})
+# TLS: when CLUSTER_TLS_ARGS holds the certificate arguments
+# (--tls-cert-file F --tls-key-file F --tls-ca-cert-file F ...), every node
+# also gets a TLS port of its own (CLUSTER_TLS_PORT[port]), the cluster bus
+# and the replication speak TLS (--tls-cluster yes --tls-replication yes),
+# and cluster_start sets CLUSTER_TLS_URL (rediss+cluster:// over the TLS
+# ports). The plain ports stay, for redis-cli.
+CLUSTER_TLS_ARGS=(${CLUSTER_TLS_ARGS[@]+"${CLUSTER_TLS_ARGS[@]}"})
+CLUSTER_TLS_URL=
+declare -gA CLUSTER_TLS_PORT=()
 
 # cluster_cli PORT ARGS...: redis-cli against one node (no redirects followed).
 cluster_cli() {
@@ -64,13 +73,18 @@ _cluster_live_ports() {
 # redis-tmp server: REDIS_PORT). Not in a subshell: redis-tmp.sh keeps its
 # list of servers (for the cleanup) in this shell's variables.
 _cluster_start_node() {
-    local bus
+    local bus tls=() tls_port=
     bus=$(redis_tmp_free_port) || return 1
+    if ((${#CLUSTER_TLS_ARGS[@]})); then
+        tls_port=$(redis_tmp_free_port) || return 1
+        tls=(--tls-port "$tls_port" --tls-cluster yes --tls-replication yes "${CLUSTER_TLS_ARGS[@]}")
+    fi
     redis_tmp_start --cluster-enabled yes --cluster-config-file nodes.conf \
         --cluster-node-timeout 1000 --cluster-port "$bus" \
         --cluster-replica-validity-factor 0 \
         --repl-diskless-sync yes --repl-diskless-sync-delay 0 \
-        ${CLUSTER_REDIS_ARGS[@]+"${CLUSTER_REDIS_ARGS[@]}"}
+        ${tls[@]+"${tls[@]}"} ${CLUSTER_REDIS_ARGS[@]+"${CLUSTER_REDIS_ARGS[@]}"} || return 1
+    [[ -z $tls_port ]] || CLUSTER_TLS_PORT[$REDIS_PORT]=$tls_port
 }
 
 # _cluster_bus_port PORT: the node's cluster bus port.
@@ -140,7 +154,7 @@ _cluster_nodes_agree() {
 # cluster_state:ok and every replica is in sync. Sets CLUSTER_PORTS (masters
 # first, each master's replicas after all masters), CLUSTER_URL (every node
 # as a seed, masters first) and REDIS_URL=CLUSTER_URL (so ctl() of integration.sh
-# talks to the cluster).
+# talks to the cluster); with CLUSTER_TLS_ARGS also CLUSTER_TLS_URL.
 cluster_start() {
     local masters=$1 replicas=$2 n i p id bus first last ports=() ids=()
     ((masters >= 1 && replicas >= 0)) || { echo "cluster_start: bad shape $masters $replicas" >&2; return 1; }
@@ -208,6 +222,11 @@ cluster_start() {
     for p in "${CLUSTER_PORTS[@]}"; do CLUSTER_URL+=127.0.0.1:$p,; done
     CLUSTER_URL=${CLUSTER_URL%,}/
     REDIS_URL=$CLUSTER_URL
+    if ((${#CLUSTER_TLS_ARGS[@]})); then
+        CLUSTER_TLS_URL=rediss+cluster://
+        for p in "${CLUSTER_PORTS[@]}"; do CLUSTER_TLS_URL+=127.0.0.1:${CLUSTER_TLS_PORT[$p]},; done
+        CLUSTER_TLS_URL=${CLUSTER_TLS_URL%,}/
+    fi
     return 0
 }
 

@@ -380,6 +380,60 @@ struct want_server {
     const char *user, *password, *unix_path;
 };
 
+/* rediss+cluster:// and rediss:// in a list: every seed or that server
+ * over TLS, and the printable form says so. */
+static void test_address_tls(void)
+{
+    static const struct {
+        const char *addr, *describe;
+        sluicei_router_kind kind;
+        int tls[2];
+    } ok[] = {
+        {"rediss+cluster://bob:pw@h1:1,h2:2/?wait=1", "rediss+cluster://bob@h1:1,h2:2/?wait=1",
+         SLUICEI_ROUTER_CLUSTER, {1, 1}},
+        {"REDISS+CLUSTER://h:7", "rediss+cluster://h:7/", SLUICEI_ROUTER_CLUSTER, {1, -1}},
+        {"rediss://a:1,redis://b:2", "rediss://a:1/0,redis://b:2/0", SLUICEI_ROUTER_LIST, {1, 0}},
+        {"rediss://:p,x@a:1", "rediss://a:1/0", SLUICEI_ROUTER_SINGLE, {1, -1}},
+    };
+    static const struct {
+        const char *addr, *expect;
+    } bad[] = {
+        {"rediss+cluster://", "no host:port (use rediss+cluster://host:port"},
+        {"rediss+cluster://rediss://h:1", "the seeds are host:port, not URLs"},
+        {"rediss://a:1,rediss+cluster://b:2", "server 2 is a cluster address"},
+        {"rediss+cluster://h:1/2", "a Redis Cluster has only db 0"},
+    };
+    test_env_password(NULL);
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        sluicei_router *r = NULL;
+        char err[256] = "";
+        CHECK(sluicei_router_parse(&r, ok[i].addr, err, sizeof err) == SLUICE_OK);
+        if (!r) {
+            fprintf(stderr, "    %s: %s\n", ok[i].addr, err);
+            continue;
+        }
+        CHECK(r->kind == ok[i].kind);
+        for (int k = 0; k < 2; k++)
+            CHECK(ok[i].tls[k] < 0 ? r->nservers == k : r->servers[k].tls == ok[i].tls[k]);
+        if (strcmp(r->desc, ok[i].describe) != 0) {
+            fprintf(stderr, "    %s: describe %s\n", ok[i].addr, r->desc);
+            CHECK(0);
+        }
+        sluicei_router_close(r);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sluicei_router *r = NULL;
+        char err[256] = "";
+        CHECK(sluicei_router_parse(&r, bad[i].addr, err, sizeof err) == SLUICE_ERR_INVALID);
+        CHECK(r == NULL);
+        if (!strstr(err, bad[i].expect)) {
+            fprintf(stderr, "    %s: got \"%s\", want \"%s\"\n", bad[i].addr, err, bad[i].expect);
+            CHECK(0);
+        }
+    }
+    test_env_restore();
+}
+
 static void test_address_servers(void)
 {
     static const struct {
@@ -584,6 +638,7 @@ const struct test cluster_tests[] = {
     {"cluster/url ?wait=N", test_url_wait},
     {"cluster/addresses", test_addresses},
     {"cluster/address: servers and seeds", test_address_servers},
+    {"cluster/address: TLS", test_address_tls},
     {"cluster/address: seeds are nodes", test_address_seed_nodes},
     {"cluster/address: limits and malformed lists", test_address_limits},
     {"cluster/partition names on a list", test_list_partition_names},

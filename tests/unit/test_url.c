@@ -59,6 +59,10 @@ static const struct valid_case {
     {"unix:///r.sock?", NULL, 0, "/r.sock", NULL, NULL, 0, "unix:///r.sock"},
     {"unix:///r.sock?&db=3&", NULL, 0, "/r.sock", NULL, NULL, 3, "unix:///r.sock?db=3"},
     {"UNIX:///r.sock", NULL, 0, "/r.sock", NULL, NULL, 0, "unix:///r.sock"},
+    /* TLS: the same form, another scheme. */
+    {"rediss://localhost", "localhost", 6379, NULL, NULL, NULL, 0, "rediss://localhost:6379/0"},
+    {"REDISS://bob:s3cr3t@[::1]:7000/3?wait=1", "::1", 7000, NULL, "bob", "s3cr3t", 3,
+     "rediss://bob@[::1]:7000/3?wait=1"},
 };
 
 static void test_valid(void)
@@ -75,7 +79,8 @@ static void test_valid(void)
             continue;
         }
         int ok = same(u.host, v->host) && u.port == v->port && same(u.unix_path, v->path) &&
-                 same(u.user, v->user) && same(u.password, v->password) && u.db == v->db;
+                 same(u.user, v->user) && same(u.password, v->password) && u.db == v->db &&
+                 u.tls == (strncmp(v->describe, "rediss:", 7) == 0);
         sluicei_url_describe(&u, desc, sizeof desc);
         if (!ok || strcmp(desc, v->describe) != 0)
             fprintf(stderr, "    %s: host=%s port=%d path=%s user=%s db=%d describe=%s\n", v->url,
@@ -99,8 +104,11 @@ static const struct invalid_case {
     {"localhost:6379", "no scheme"},
     {"bob:s3cr3t@h://x", "no scheme"},
     {"://h", "no scheme"},
-    {"http://h:80", "unknown scheme 'http' (use redis:// or unix://)"},
-    {"rediss://:s3cr3t@h", "unknown scheme 'rediss'"},
+    {"http://h:80", "unknown scheme 'http' (use redis://, rediss:// or unix://)"},
+    {"redis+s://:s3cr3t@h", "unknown scheme 'redis+s'"},
+    {"rediss://:s3cr3t@", "redis URL: empty host"},
+    {"rediss://h:x", "redis URL: port 'x' is not a number"},
+    {"rediss://h/1?db=2", "unexpected '?db=2' after the db"},
     {"redis://", "redis URL: empty host"},
     {"redis://:6379", "redis URL: empty host"},
     {"redis://:s3cr3t@", "redis URL: empty host"},

@@ -111,7 +111,9 @@ typedef enum sluice_ack_mode {
 typedef struct sluice_consumer_opts {
     const char *redis_url;    /* redis://[user[:pass]@]host[:port][/db], unix:///path[?db=N],
                                  redis+cluster://[user[:pass]@]host:port[,host:port...]
-                                 or a list redis://a:1,redis://b:2 */
+                                 or a list redis://a:1,redis://b:2; rediss:// and
+                                 rediss+cluster:// over TLS (SLUICE_TLS_* in the
+                                 environment: docs/DEPLOY.md) */
     const char *queue;        /* an existing queue (sluice-ctl create) */
     size_t max_batch_bytes;   /* 0: the queue's frame limit (sluice-ctl create
                                  --max-frame-bytes), which no producer exceeds; a value
