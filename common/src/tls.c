@@ -86,17 +86,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
  * bytes as '?', cut with "..." to fit dst. */
 static const char *quoted(char *dst, size_t n, const char *s)
 {
-    size_t o = 0, len = strlen(s);
-    for (size_t i = 0; i < len && o + 4 < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        dst[o++] = ch >= 32 && ch < 127 ? (char)ch : '?';
-    }
-    if (o < len && o + 4 <= n) {
-        memcpy(dst + o, "...", 3);
-        o += 3;
-    }
-    dst[o] = '\0';
-    return dst;
+    return sluicei_quote_cut(dst, n, s, strlen(s), n);
 }
 
 static const char *env(const char *name)

@@ -39,21 +39,24 @@ void sluicei_seterr(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Copies s[0..n) into a printable one-line quote: control bytes become '?'
- * and a long piece is cut with "...". */
-const char *sluicei_quote(char *dst, size_t dstlen, const char *s, size_t n)
+const char *sluicei_quote_cut(char *dst, size_t dstlen, const char *s, size_t n, size_t max)
 {
-    size_t o = 0, lim = n > QUOTE_MAX ? QUOTE_MAX : n;
+    size_t o = 0, lim = n > max ? max : n;
     for (size_t i = 0; i < lim && o + 4 < dstlen; i++) {
         unsigned char ch = (unsigned char)s[i];
         dst[o++] = ch >= 32 && ch < 127 ? (char)ch : '?';
     }
-    if (lim < n && o + 4 <= dstlen) {
+    if (o < n && o + 4 <= dstlen) {
         memcpy(dst + o, "...", 3);
         o += 3;
     }
     dst[o] = '\0';
     return dst;
+}
+
+const char *sluicei_quote(char *dst, size_t dstlen, const char *s, size_t n)
+{
+    return sluicei_quote_cut(dst, dstlen, s, n, QUOTE_MAX);
 }
 
 static char *dupn(const char *s, size_t n)

@@ -53,5 +53,7 @@ void sluicei_url_describe(const sluicei_url *u, char *out, size_t outlen);
 void sluicei_seterr(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 const char *sluicei_quote(char *dst, size_t dstlen, const char *s, size_t n);
+/* The same, cut after max bytes of s instead (and always within dstlen). */
+const char *sluicei_quote_cut(char *dst, size_t dstlen, const char *s, size_t n, size_t max);
 
 #endif
