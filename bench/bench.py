@@ -564,6 +564,15 @@ def splice_section(path, section, heading):
         f.write("\n".join(lines))
 
 
+def failed_list(w, failures):
+    """Writes, through w, the list of failed measurements of a section."""
+    if failures:
+        w("Failed measurements:\n")
+        for f_ in failures:
+            w("- " + f_)
+        w("")
+
+
 def render_cluster(a, csizes, rows, b, failures):
     """The cluster scaling section: sluice acks on, 2 partitions per master,
     CLUSTER_TOPO, per size and number of masters; x 1 master = ratio of the
@@ -633,11 +642,7 @@ def render_cluster(a, csizes, rows, b, failures):
                  fmt(v["bcores"], 2), fmt(one and v["bcpu"] and one["bcpu"] / v["bcpu"], 2),
                  fmt(v["crss"], 1)))
     w("")
-    if failures:
-        w("Failed measurements:\n")
-        for f_ in failures:
-            w("- " + f_)
-        w("")
+    failed_list(w, failures)
     return "\n".join(out)
 
 
@@ -672,11 +677,7 @@ def render_tls(a, sizes, rows, failures, load):
              fmt(pl["pcpu"], 2), fmt(tl["pcpu"], 2), fmt(pl["ccpu"], 2), fmt(tl["ccpu"], 2),
              fmt(pl["rcpu"], 2), fmt(tl["rcpu"], 2)))
     w("")
-    if failures:
-        w("Failed measurements:\n")
-        for f_ in failures:
-            w("- " + f_)
-        w("")
+    failed_list(w, failures)
     return "\n".join(out)
 
 
