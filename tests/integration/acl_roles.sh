@@ -95,7 +95,8 @@ all=$(awk '$1 == "id" { print $2 }' "$T/c1.out" "$T/c2.out" | sort)
 dups=$(uniq -d <<<"$all" | awk 'NR <= 3')
 [[ -z $dups ]] || fail "batches delivered twice: $dups"
 n=$(wc -l <<<"$all")
-((n == 2 * shards * per / 5)) || fail "$n batch ids over 2 epochs, expected $((2 * shards * per / 5))"
+((n == 2 * shards * per / 5)) ||
+    fail "$n batch ids over 2 epochs, expected $((2 * shards * per / 5))"
 for e in 0 1; do
     n=$(grep -c "^$e:" <<<"$all" || true)
     ((n == shards * per / 5)) || fail "epoch $e: $n batch ids, expected $((shards * per / 5))"
@@ -150,7 +151,10 @@ for rem in pad drop; do
     done
 done
 # The dropped batch was left by the producer for a consumer's reap.
-held() { [[ $(rcli HLEN "sluice:{acl-drop}:dlv") == 0 && $(rcli LLEN "sluice:{acl-drop}:dropped") == 0 ]]; }
+held() {
+    [[ $(rcli HLEN "sluice:{acl-drop}:dlv") == 0 &&
+       $(rcli LLEN "sluice:{acl-drop}:dropped") == 0 ]]
+}
 held || "$BUILD/sluice-ctl" --redis "$(url acl-drop-consumer)" reap acl-drop >/dev/null ||
     fail "reap as the consumer failed"
 wait_for 10 held || fail "the dropped batch is still held"
@@ -185,7 +189,10 @@ note "partitioned: a job over 3 partitions with the three users"
 # ---- 3. what each role may not do --------------------------------------------
 q=aclq
 C=$(url "$q-consumer") P=$(url "$q-producer")
-snap() { rcli --raw DUMP "sluice:{$q}:meta" | od -c | md5sum; rcli HGETALL "sluice:{$q}:taskdef" | md5sum; }
+snap() {
+    rcli --raw DUMP "sluice:{$q}:meta" | od -c | md5sum
+    rcli HGETALL "sluice:{$q}:taskdef" | md5sum
+}
 before=$(snap)
 # refused NAME CMD...: CMD fails, and its error names what it must.
 refused() {
@@ -195,14 +202,16 @@ refused() {
     ((rc != 0)) || fail "$what: not refused: $out"
     printf '%s\n' "$out"
 }
-for cmd in "delete $q" "dead $q --purge" "submit $q --manifest $T/train.manifest --epochs 1 --batch-size 5"; do
+for cmd in "delete $q" "dead $q --purge" \
+           "submit $q --manifest $T/train.manifest --epochs 1 --batch-size 5"; do
     name=${cmd%% *}
     [[ $name == dead ]] && script=deadadmin || script=$name
     # shellcheck disable=SC2086
     out=$(refused "consumer: $name" "$BUILD/sluice-ctl" --redis "$C" $cmd)
     grep -q "permission denied: Redis refused the $script script, which is the admin role's" \
         <<<"$out" || fail "consumer: $name: the error does not name the script and role: $out"
-    ! grep -q "deleted only in part" <<<"$out" || fail "consumer: $name: says a part was deleted: $out"
+    ! grep -q "deleted only in part" <<<"$out" ||
+        fail "consumer: $name: says a part was deleted: $out"
 done
 out=$(as "$q-consumer" DEL "sluice:{$q}:meta" 2>&1)
 [[ $out == NOPERM* ]] || fail "consumer: DEL meta: $out"
@@ -232,10 +241,12 @@ out=$(as "$q-producer" EVALSHA "$ack" 1 "sluice:{$q}:consumers" x 2>&1)
 [[ $out == NOPERM* ]] || fail "producer: the ack script on the consumers' key: $out"
 out=$(as "$q-producer" EVALSHA "$ack" 1 "sluice:{$q}:producers" x "" "$id" "$e" "$t" "$s" 2>&1)
 [[ $out == *"can't access"* || $out == NOPERM* ]] || fail "producer: the ack script: $out"
-[[ $(rcli HEXISTS "sluice:{$q}:dlv" "$id") == 1 && $(rcli GET "sluice:{$q}:b:$id" | md5sum) == "$frame" &&
+[[ $(rcli HEXISTS "sluice:{$q}:dlv" "$id") == 1 &&
+   $(rcli GET "sluice:{$q}:b:$id" | md5sum) == "$frame" &&
    $(rcli GETBIT "sluice:{$q}:acked:$e:$t" "$s") == 0 ]] || fail "the batch changed"
 out=$(refused "producer: consume" "$BUILD/sluice-consume" --redis "$P" --queue "$q" --count 1)
-grep -q "consumer role" <<<"$out" || fail "sluice-consume as the producer: the error does not name the role: $out"
+grep -q "consumer role" <<<"$out" ||
+    fail "sluice-consume as the producer: the error does not name the role: $out"
 
 # ---- 4. --aclfile: the lines of an ACL file, as Redis loads them ----------------
 {
@@ -250,7 +261,8 @@ for role in admin producer consumer; do
     rcli ACL SETUSER "cmp-$role" ${set_line#"ACL SETUSER sluice-fq-$role "} ">$pw" >/dev/null
     a=$(rcli ACL LIST | grep "^user sluice-fq-$role " | cut -d' ' -f3-)
     b=$(rcli ACL LIST | grep "^user cmp-$role " | cut -d' ' -f3-)
-    [[ -n $a && $a == "$b" ]] || fail "--aclfile for $role loads as another user than ACL SETUSER: $a / $b"
+    [[ -n $a && $a == "$b" ]] ||
+        fail "--aclfile for $role loads as another user than ACL SETUSER: $a / $b"
 done
 note "--aclfile: the ACL file's users are those ACL SETUSER makes"
 echo "ok: jobs ran with the admin, producer and consumer users; every forbidden action was refused"

@@ -27,7 +27,8 @@ c() { "$BUILD/sluice-ctl" --redis "$U" "$@"; }
 no_pw() {
     local f
     for f in "$@"; do
-        ! grep -qF -- "$pw" "$f" || fail "the password is in $f: $(grep -F -- "$pw" "$f" | head -c 300)"
+        ! grep -qF -- "$pw" "$f" ||
+            fail "the password is in $f: $(grep -F -- "$pw" "$f" | head -c 300)"
     done
 }
 # ps_check: the password is in no process's command line nor environment.
@@ -46,7 +47,8 @@ for ((i = 0; i < 4; i++)); do
     gen "$T/s$i.tfrecord" 50 $((70 + i)) 1 300 >/dev/null
     echo "tfrecord s$i.tfrecord"
 done >"$T/m.manifest"
-c create q --max-batches 6 --max-bytes 1M >"$T/create.out" 2>&1 || fail "create: $(cat "$T/create.out")"
+c create q --max-batches 6 --max-bytes 1M >"$T/create.out" 2>&1 ||
+    fail "create: $(cat "$T/create.out")"
 c submit q --manifest "$T/m.manifest" --epochs 2 --batch-size 10 >"$T/submit.out" 2>&1 ||
     fail "submit: $(cat "$T/submit.out")"
 mport=$(redis_tmp_free_port)
@@ -55,14 +57,20 @@ bg "$T/p.out" "$T/p.err" "$BUILD/sluice-producer" --redis "$U" --queue q --id p1
 prod=$BG_PID
 bg "$T/c.out" "$T/c.err" "$BUILD/sluice-consume" --redis "$U" --queue q --summary --epochs
 cons=$BG_PID
-fetch() { "$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"; }
+# fetch URL: the body of URL (quiet when the server is not there yet).
+fetch() {
+    "$PY" -c 'import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1" 2>/dev/null
+}
 wait_for 20 fetch "http://127.0.0.1:$mport/metrics" || fail "the producer's metrics never answered"
 fetch "http://127.0.0.1:$mport/metrics" >"$T/pmetrics.txt"
-grep -q '^sluice_producer' "$T/pmetrics.txt" || fail "no producer metrics: $(head -n 5 "$T/pmetrics.txt")"
+grep -q '^sluice_producer' "$T/pmetrics.txt" ||
+    fail "no producer metrics: $(head -n 5 "$T/pmetrics.txt")"
 ps_check
 rc=0; wait_pid "$cons" 60 || rc=$?
 ((rc == 0)) || fail "the consumer exit $rc: $(cat "$T/c.err")"
-grep -q '^records=400 ' "$T/c.out" || fail "the consumer did not get the job's 400 records: $(cat "$T/c.out")"
+grep -q '^records=400 ' "$T/c.out" ||
+    fail "the consumer did not get the job's 400 records: $(cat "$T/c.out")"
 c info q >"$T/info.txt" 2>&1 || fail "info: $(cat "$T/info.txt")"
 c stat q >"$T/stat.txt" 2>&1 || fail "stat: $(cat "$T/stat.txt")"
 c info q --json >"$T/info.json" 2>&1 || fail "info --json: $(cat "$T/info.json")"
@@ -88,7 +96,8 @@ fails_clean() {
     shift 2
     "$@" >"$T/e.out" 2>"$T/e.err" </dev/null || rc=$?
     ((rc != 0)) || fail "$name: did not fail: $(cat "$T/e.out")"
-    grep -qF -- "$want" "$T/e.err" || fail "$name: the error does not say '$want': $(cat "$T/e.err")"
+    grep -qF -- "$want" "$T/e.err" ||
+        fail "$name: the error does not say '$want': $(cat "$T/e.err")"
     no_pw "$T/e.out" "$T/e.err"
 }
 printf '%s-not\n' "$pw" >"$T/wrong"
