@@ -66,22 +66,25 @@ A=$(url "$q-admin") P=$(url "$q-producer") C=$(url "$q-consumer")
     --batch-size 5 >/dev/null || fail "admin: submit failed"
 
 # The victim takes batches and dies holding them (kill -9): a reap
-# hands them back.
+# hands them back. The two others, one with checkpoints, are registered
+# before any batch flows: one that came late could find epoch 0 ended.
 bg "$T/v.out" "$T/v.err" "$BUILD/hold" --redis "$C" --queue "$q" --count 3 --prefetch 4
 victim=$BG_PID
+for k in 1 2; do
+    args=()
+    ((k == 2)) && args=(--checkpoint-every 3 --checkpoint-file "$T/ckpt")
+    bg "$T/c$k.out" "$T/c$k.err" "$BUILD/sluice-consume" --redis "$C" --queue "$q" \
+        --consumer-id "c$k" --print-ids --summary --epochs --quiet "${args[@]}"
+done
+cons=("${_BG_PIDS[@]: -2}")
+both_in() { [[ $(rcli HMGET "sluice:{$q}:consumers" c1 c2 | grep -c .) == 2 ]]; }
+wait_for 30 both_in || fail "the consumers did not register: $(cat "$T"/c*.err)"
 for k in 1 2; do
     bg "$T/p$k.out" "$T/p$k.err" "$BUILD/sluice-producer" --redis "$P" --queue "$q" --id "p$k"
 done
 prods=("${_BG_PIDS[@]: -2}")
 wait_for 20 in_file "$T/v.out" '^held 3' || fail "the victim took no batch: $(cat "$T/v.err")"
 kill -9 "$victim"
-for k in 1 2; do
-    args=()
-    ((k == 2)) && args=(--checkpoint-every 3 --checkpoint-file "$T/ckpt")
-    bg "$T/c$k.out" "$T/c$k.err" "$BUILD/sluice-consume" --redis "$C" --queue "$q" \
-        --print-ids --summary --epochs --quiet "${args[@]}"
-done
-cons=("${_BG_PIDS[@]: -2}")
 for p in "${prods[@]}"; do
     rc=0; wait_pid "$p" 90 || rc=$?
     ((rc == 0)) || fail "a producer exit $rc: $(cat "$T"/p*.err)"

@@ -86,6 +86,10 @@ for k in 1 2; do
         --summary --epochs --quiet
     cons+=("$BG_PID")
 done
+# Both consumers registered before the job runs: one that came after the
+# end would see a finished job and no epoch.
+both_in() { [[ $(rcli HLEN "sluice:{$q}:consumers") == 2 ]]; }
+wait_for 30 both_in || fail "the consumers did not register over TLS: $(cat "$T"/c*.err)"
 bg "$T/p1.out" "$T/p1.err" "$BUILD/sluice-producer" --redis "$TLS_URL" --queue "$q" --id p1 \
     --summary
 p1=$BG_PID
@@ -102,7 +106,8 @@ recs=0 sums=()
 for k in 1 2; do
     rc=0; wait_pid "${cons[k - 1]}" 60 || rc=$?
     ((rc == 0)) || fail "consumer $k exit $rc: $(cat "$T/c$k.err")"
-    line=$(grep "^epoch=0 " "$T/c$k.out") || fail "consumer $k printed no epoch=0 line: $(cat "$T/c$k.out")"
+    line=$(grep "^epoch=0 " "$T/c$k.out") ||
+        fail "consumer $k printed no epoch=0 line: $(cat "$T/c$k.out")"
     note "consumer $k: $line"
     recs=$((recs + $(kv records "$line")))
     sums+=("$(kv checksum "$line")")
