@@ -56,8 +56,14 @@ if op == 'begin' then
   end
   -- The new job's batch ids repeat the old one's: batches of the old job
   -- still held would make push drop the new ones as duplicates. (Those a
-  -- producer dropped at the end of a coordinated epoch go now.)
-  while forget_dropped(1000) > 0 do end
+  -- producer dropped at the end of a coordinated epoch go now, 1000 a call.)
+  forget_dropped(1000)
+  local dropped = redis.call('LLEN', pre .. 'dropped')
+  if dropped > 0 then
+    return redis.error_reply('JOBEXISTS the previous job is finished but ' .. dropped ..
+                             ' batches it dropped at the ends of coordinated epochs are ' ..
+                             'still to be forgotten (1000 at a time); submit again')
+  end
   local held = redis.call('HLEN', pre .. 'dlv')
   if held > 0 then
     return redis.error_reply('JOBEXISTS the previous job is finished but ' .. held ..
