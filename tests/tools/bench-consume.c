@@ -17,6 +17,9 @@
  * cpu_us is getrusage(RUSAGE_SELF) (all threads); maxrss_kb the
  * peak resident set (VmHWM).
  *
+ * --prefetch K sets the consumer's prefetch; absent or 0, the library's
+ * default.
+ *
  * --latency-sleep-us S: sleeps S µs before each next() after the first and
  * times the call with CLOCK_MONOTONIC; with a pre-filled queue and S longer
  * than a fetch, the prefetcher is always ahead. A call during which the
@@ -44,9 +47,27 @@ static int usage(const char *why)
             PROG ": %s\n"
             "usage: " PROG " --redis URL --queue Q [--prefetch K] [--ack explicit|none]\n"
             "                     [--expect N] [--idle-ms T] [--start-ms T]\n"
-            "                     [--latency-sleep-us S] [--latency-samples M]\n",
+            "                     [--latency-sleep-us S] [--latency-samples M]\n"
+            "try '" PROG " --help'\n",
             why);
     return 2;
+}
+
+static void help(void)
+{
+    printf("usage: " PROG " --redis URL --queue Q [--prefetch K] [--ack explicit|none]\n"
+           "                     [--expect N] [--idle-ms T] [--start-ms T]\n"
+           "                     [--latency-sleep-us S] [--latency-samples M]\n"
+           "Prints \"ready\", takes batches from queue Q with sluice_consumer_next() and\n"
+           "releases each at once; prints one line of key=value results.\n"
+           "  --prefetch K   the consumer's prefetch; 0 or absent: the library's default\n"
+           "  --ack MODE     explicit (default: acks on) or none (at-most-once)\n"
+           "  --expect N     stop after N batches; 0 (default): at the first --idle-ms\n"
+           "                 (default 500) without a batch after SIGUSR1\n"
+           "  --start-ms T   how long to wait for the first batch (default 60000)\n"
+           "  --latency-sleep-us S  sleep S us before each next() and time the call\n"
+           "  --latency-samples M   time at most M calls (default 100000)\n"
+           "Exit status 0, 1 on a sluice error or when nothing arrived, 2 on bad usage.\n");
 }
 
 /* Parses a decimal integer in [min, max] into *out; -1 when s is not one. */
@@ -122,6 +143,10 @@ int main(int argc, char **argv)
     long long lat_sleep_us = 0, lat_max = 100000;
 
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            help();
+            return 0;
+        }
         if (i + 1 >= argc)
             return usage("every option takes a value");
         const char *a = argv[i], *v = argv[++i];
