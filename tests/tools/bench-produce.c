@@ -10,9 +10,14 @@
  * t0_us/t1_us are CLOCK_REALTIME microseconds (comparable across the
  * processes of one run) taken just before the first push and just after the
  * flush; cpu_us comes from getrusage(RUSAGE_SELF), so it covers every
- * thread of the process; maxrss_kb is the peak resident set (VmHWM).
+ * thread of the process, less the CPU spent making the payload;
+ * maxrss_kb is the peak resident set (VmHWM).
  *
  * --inflight K sets max_inflight; absent or 0, the library's default.
+ *
+ * --duration-ms T stops pushing after T ms (at least one batch; --count is
+ * then a cap): runs whose speed is not known in advance (over a slow
+ * network) take a known time. batches= and payload= say what was pushed.
  *
  * --chunk N starts a new task every N batches (task numbers T << 32 | k,
  * distinct across producers of distinct --task T). On a partitioned queue
@@ -58,7 +63,7 @@ static int usage(const char *why)
             PROG ": %s\n"
             "usage: " PROG " --redis URL --queue Q --size BYTES --count N\n"
             "                     [--records R] [--inflight K] [--task T] [--chunk N]\n"
-            "                     [--payload random|fmnist|text]\n"
+            "                     [--payload random|fmnist|text] [--duration-ms T]\n"
             "try '" PROG " --help'\n",
             why);
     return 2;
@@ -68,7 +73,7 @@ static void help(void)
 {
     printf("usage: " PROG " --redis URL --queue Q --size BYTES --count N\n"
            "                     [--records R] [--inflight K] [--task T] [--chunk N]\n"
-           "                     [--payload random|fmnist|text]\n"
+           "                     [--payload random|fmnist|text] [--duration-ms T]\n"
            "Pushes N batches of BYTES payload bytes (R records each, default 1) into the\n"
            "existing queue Q, flushes, and prints one line of key=value results.\n"
            "  --inflight K   max_inflight; 0 or absent: the library's default\n"
@@ -77,6 +82,7 @@ static void help(void)
            "  --payload P    random (default: does not compress), fmnist (Fashion-MNIST\n"
            "                 pixels from " FMNIST_FILE ";\n"
            "                 text when it is missing) or text (English-like words)\n"
+           "  --duration-ms T  stop pushing after T ms (N is then a cap)\n"
            "Exit status 0, 1 on a sluice or file error, 2 on bad usage.\n");
 }
 
@@ -199,6 +205,15 @@ static int fill_fmnist(unsigned char *p, size_t n, const char *path)
     return 0;
 }
 
+/* CPU time of every thread of this process so far, in µs. */
+static uint64_t cpu_now_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)ru.ru_utime.tv_sec * 1000000u + (uint64_t)ru.ru_utime.tv_usec +
+           (uint64_t)ru.ru_stime.tv_sec * 1000000u + (uint64_t)ru.ru_stime.tv_usec;
+}
+
 static uint64_t wall_us(void)
 {
     struct timespec ts;
@@ -227,6 +242,7 @@ int main(int argc, char **argv)
 {
     const char *url = NULL, *queue = NULL, *kind = "random";
     long long size = -1, count = -1, nrec = 1, inflight = 0, task = 1, chunk = 0;
+    long long duration_ms = 0;
 
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -255,6 +271,8 @@ int main(int argc, char **argv)
             bad = parse_ll(v, 0, INT32_MAX, &chunk);
         else if (!strcmp(a, "--payload"))
             kind = v;
+        else if (!strcmp(a, "--duration-ms"))
+            bad = parse_ll(v, 0, INT32_MAX, &duration_ms);
         else
             return usage("unknown option");
         if (bad)
@@ -267,6 +285,8 @@ int main(int argc, char **argv)
     if (strcmp(kind, "random") && strcmp(kind, "fmnist") && strcmp(kind, "text"))
         return usage("--payload is random, fmnist or text");
 
+    /* Making the payload (gunzip, text) is not billed to the push. */
+    uint64_t cpu_made = cpu_now_us();
     size_t plen = strcmp(kind, "random") && (size_t)size < POOL_BYTES ? POOL_BYTES : (size_t)size;
     unsigned char *pool = malloc(plen);
     sluice_record *recs = calloc((size_t)nrec, sizeof *recs);
@@ -291,6 +311,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < plen; i++)
             pool[i] = (unsigned char)xorshift(&x);
     }
+    cpu_made = cpu_now_us() - cpu_made;
     /* R records of size/R bytes; the last one takes the remainder. */
     size_t each = (size_t)(size / nrec), off = 0;
 
@@ -307,7 +328,10 @@ int main(int argc, char **argv)
     e = sluice_producer_set_task(p, 0, base);
 
     uint64_t t0 = wall_us();
-    for (long long n = 0; e == SLUICE_OK && n < count; n++) {
+    long long n = 0;
+    for (; e == SLUICE_OK && n < count; n++) {
+        if (duration_ms > 0 && n > 0 && wall_us() - t0 >= (uint64_t)duration_ms * 1000u)
+            break;
         if (chunk > 0 && n > 0 && n % chunk == 0)
             e = sluice_producer_set_task(p, 0, base | (uint64_t)(n / chunk));
         for (long long r = 0; r < nrec; r++) {
@@ -333,14 +357,11 @@ int main(int argc, char **argv)
     sluice_producer_stats st;
     sluice_producer_stats_get(p, &st);
     sluice_producer_close(p);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    uint64_t cpu = (uint64_t)ru.ru_utime.tv_sec * 1000000u + (uint64_t)ru.ru_utime.tv_usec +
-                   (uint64_t)ru.ru_stime.tv_sec * 1000000u + (uint64_t)ru.ru_stime.tv_usec;
+    uint64_t cpu = cpu_now_us() - cpu_made;
     printf("produce batches=%" PRIu64 " payload=%lld frame_bytes=%" PRIu64 " t0_us=%" PRIu64
            " t1_us=%" PRIu64 " cpu_us=%" PRIu64 " maxrss_kb=%ld full_waits=%" PRIu64
            " blocked_us=%" PRIu64 " duplicates=%" PRIu64 " payload_kind=%s\n",
-           st.batches, size * count, st.bytes, t0, t1, cpu, peak_rss_kb(), st.full_waits,
+           st.batches, size * n, st.bytes, t0, t1, cpu, peak_rss_kb(), st.full_waits,
            st.blocked_us, st.duplicates, kind);
     free(recs);
     free(pool);
