@@ -157,8 +157,14 @@ unit: $(BUILD)/cluster-probe
 
 unit: all $(UNIT_BIN) $(BUILD)/gen-tfrecord $(BUILD)/push-tensors $(BUILD)/hold $(BUILD)/next-latency
 
-# Load tools of the benchmark (bench/bench.py), on the library's public API.
-BENCH_TOOLS := $(BUILD)/bench-produce $(BUILD)/bench-consume
+# Load tools of the benchmark (bench/bench.py), on the library's public API,
+# and the delay proxy of its network latency part (when its source is here).
+BENCH_TOOLS := $(BUILD)/bench-produce $(BUILD)/bench-consume \
+               $(if $(wildcard tests/tools/delay-proxy.c),$(BUILD)/delay-proxy)
+# Debian packages only the bench uses, both optional (the report says what
+# it ran without): the strong Python peer's reply parser, and Fashion-MNIST,
+# the payload of the compression part.
+BENCH_PKGS := python3-hiredis dataset-fashion-mnist
 
 $(BUILD)/bench-%: $(BUILD)/tests/tools/bench-%.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
@@ -166,6 +172,8 @@ $(BUILD)/bench-%: $(BUILD)/tests/tools/bench-%.o $(BUILD)/libsluice.a
 # One run against a private redis-server: prints the table and writes it to
 # bench/results.md (bench/README.md explains what is measured).
 bench: deps
+	@scripts/install-deps.sh $(BENCH_PKGS) || echo "make bench: without $(BENCH_PKGS):" \
+	    "the strong peer parses replies in Python and the compression payload is text" >&2
 	@$(MAKE) --no-print-directory all $(BENCH_TOOLS)
 	@BUILD=$(BUILD) bench/run.sh
 

@@ -1,72 +1,45 @@
 #!/usr/bin/python3
 """The driver of `make bench` (started by bench/run.sh, which owns the
 private redis-server and the private Redis Clusters). For each payload size
-it measures, interleaved in one run: the redis-benchmark limit, sluice end
-to end (acks on and at-most-once, 1x1 and 2x2), the Python peer (1x1 and
-2x2), the latency of next() on a pre-filled queue, sluice over TLS next to
-sluice in plain text (--tls-port), and sluice on a partitioned queue in
-Redis Clusters of 1, 2 and 3 masters (--clusters). It prints a markdown
-report and writes it to --out (bench/results.md).
+it measures, interleaved in one run: the redis-benchmark limit (six
+settings), sluice end to end (acks on and at-most-once, 1x1 and 2x2), the
+plain and the strong Python peer (1x1 and 2x2), sluice and the peers
+through a proxy that delays every byte (network latency, $BUILD/delay-proxy),
+sluice on queues with and without compression, the latency of next() on a
+pre-filled queue, sluice over TLS next to sluice in plain text
+(--tls-port), and sluice on a partitioned queue in Redis Clusters of 1, 2
+and 3 masters (--clusters). It prints a markdown report (report.py) and
+writes it to --out (bench/results.md).
 bench/README.md says what each number means.
 """
 import argparse
-import datetime
 import os
-import platform
+import select
 import signal
+import socket
+import statistics
 import subprocess
 import sys
 import time
+
+import report
+from params import (KIB, SIZES, PARAMS, COUNT_KEYS, BUDGET_BYTES, LIMIT_SETTINGS,
+                    LIMIT_OVERSHOOT, STRONG_PEER_ENV, DELAYS_US, DELAY_RUN_MS, COMPRESS_SIZES,
+                    CODECS, PARTITIONS_PER_MASTER, CLUSTER_TOPO, CHUNK_MIN, CHUNK_ROUNDS,
+                    human, budget_batches, opt, fmnist_payload)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PY = "/usr/bin/python3"
 
-KIB, MIB = 1024, 1024 * 1024
-SIZES = [KIB, 64 * KIB, MIB, 4 * MIB]
-
-# Per payload size: batches per run of sluice (and of the peer), of
-# redis-benchmark, the consumer's prefetch, the producer's max_inflight,
-# and the next() latency run (batches, sleep before each next()).
-# Small batches want many in flight: the producer sends up to 64 batches
-# (or 1 MiB) per transaction and keeps two transactions going, the consumer
-# takes up to `prefetch` ids per round trip.
-PARAMS = {
-    KIB: dict(count=100000, peer_count=12000, limit_count=200000, limit_count_p1=50000,
-              prefetch=256, inflight=128, lat_count=3000, lat_sleep_us=100),
-    64 * KIB: dict(count=8192, peer_count=4096, limit_count=8192, limit_count_p1=8192,
-                   prefetch=32, inflight=32, lat_count=1000, lat_sleep_us=300),
-    MIB: dict(count=512, peer_count=256, limit_count=512, limit_count_p1=512,
-              prefetch=4, inflight=1, lat_count=200, lat_sleep_us=3000),
-    4 * MIB: dict(count=128, peer_count=64, limit_count=128, limit_count_p1=128,
-                  prefetch=4, inflight=1, lat_count=60, lat_sleep_us=12000),
-}
-BUDGET_BYTES = 64 * MIB      # queue byte budget (sluice) = list budget (peer)
-BUDGET_BATCHES_MAX = 1024
-LIMIT_SETTINGS = [(1, 1), (1, 16)]   # redis-benchmark (-c, -P)
 IDLE_MS = 300                # a 2x2 consumer stops after this long without a batch
 RUN_TIMEOUT_S = 180
-# Cluster scaling: a queue of PARTITIONS_PER_MASTER x masters partitions,
-# spread evenly (a fixed count would not be: the slots of "{Q#0}".."{Q#5}"
-# differ by fixed XOR patterns, CRC16 being linear, so on two masters that
-# split the slots at 8192 six partitions always go 4+2), CLUSTER_TOPO
-# producers x consumers in every shape, each producer switching partition
-# every max(CHUNK_MIN, max_inflight) batches, or more often when its batches
-# would otherwise not go CHUNK_ROUNDS times round the partitions: a
-# producer starts at its home partition (from its id, which differs from run
-# to run), so with few chunks some partitions, and their masters, get twice
-# the share of others (4 MiB: 64 batches a producer, 4 chunks of 16 over 6
-# partitions) and the busiest master's CPU per GB measures that split.
-PARTITIONS_PER_MASTER = 2
-CLUSTER_TOPO = (2, 2)
-CHUNK_MIN = 16
-CHUNK_ROUNDS = 4
 
 
 def cluster_chunk(per, inflight, nparts):
     """Batches a producer of `per` batches pushes before moving to the next
     of nparts partitions (bench-produce --chunk)."""
-    return max(1, min(max(CHUNK_MIN, inflight), per // (CHUNK_ROUNDS * nparts)))
+    return max(1, min(max(CHUNK_MIN, inflight or 0), per // (CHUNK_ROUNDS * nparts)))
 
 
 def crc16(data):
@@ -91,20 +64,13 @@ def key_slot(key):
     return crc16(k) % 16384
 
 
-def human(n):
-    return "%d KiB" % (n // KIB) if n < MIB else "%d MiB" % (n // MIB)
-
-
-def budget_batches(size):
-    return max(4, min(BUDGET_BATCHES_MAX, BUDGET_BYTES // size))
-
-
 def kv(line):
-    """key=value pairs of a tool's result line -> dict of ints."""
+    """key=value pairs of a tool's result line -> dict of ints (strings
+    where a value is not a number)."""
     out = {}
     for tok in line.split()[1:]:
         k, _, v = tok.partition("=")
-        out[k] = int(v)
+        out[k] = int(v) if v.lstrip("-").isdigit() else v
     return out
 
 
@@ -114,20 +80,26 @@ class Bench:
         self.build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
         self.url = "redis://127.0.0.1:%d" % a.port
         # The same server's TLS port; the tools find its CA in the environment.
-        self.tls_url = "rediss://127.0.0.1:%d" % a.tls_port if a.tls_port else None
-        if a.tls_ca:
+        tls_port = getattr(a, "tls_port", None)
+        self.tls_url = "rediss://127.0.0.1:%d" % tls_port if tls_port else None
+        if getattr(a, "tls_ca", None):
             os.environ["SLUICE_TLS_CA_FILE"] = a.tls_ca
+        # --defaults: the Throughput rows pass no prefetch / max_inflight.
+        self.defaults = getattr(a, "defaults", False)
+        # How long the producers of a network latency run push.
+        self.delay_ms = DELAY_RUN_MS // (4 if getattr(a, "quick", False) else 1)
         self.nrun = 0
         # masters -> (redis+cluster:// URL, [every node's port])
         self.clusters = {}
-        for url in a.clusters.split():
+        for url in getattr(a, "clusters", "").split():
             ports = [int(h.rsplit(":", 1)[1]) for h in url.split("://", 1)[1].strip("/").split(",")]
             self.clusters[len(ports)] = (url, ports)
 
     # ---- helpers --------------------------------------------------------
     def cli(self, *args, port=None):
         return subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(port or self.a.port)]
-                              + list(args), check=True, capture_output=True, text=True).stdout.strip()
+                              + list(args), check=True, capture_output=True,
+                              text=True).stdout.strip()
 
     def ctl(self, *args, url=None):
         r = subprocess.run([os.path.join(self.build, "sluice-ctl"), "--redis", url or self.url]
@@ -142,8 +114,8 @@ class Bench:
         phases)."""
         out = {}
         for port in ports or [self.a.port]:
-            info = dict(line.split(":", 1) for line in self.cli("INFO", "cpu", port=port).splitlines()
-                        if ":" in line)
+            info = dict(line.split(":", 1)
+                        for line in self.cli("INFO", "cpu", port=port).splitlines() if ":" in line)
             out[port] = float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
         return out
 
@@ -151,17 +123,20 @@ class Bench:
         """CPU seconds the server (or the servers on ports) used so far."""
         return sum(self.redis_cpu_by_port(ports).values())
 
-    def run_group(self, consumers, producers, until_idle=False, cpu_ports=None, cpu_split=None):
+    def run_group(self, consumers, producers, until_idle=False, cpu_ports=None, cpu_split=None,
+                  env=None):
         """Starts the consumers, waits for each to print "ready", starts the
         producers, waits for all (until_idle: then tells the consumers,
         which run with --expect 0, to stop when idle); returns (consumer results, producer
         results, redis CPU seconds, summed over cpu_ports) or raises RuntimeError.
-        cpu_split (a dict), when given, gets each port's own CPU seconds."""
+        cpu_split (a dict), when given, gets each port's own CPU seconds;
+        env, when given, is every process's environment."""
         procs = []
         try:
             cons = []
             for cmd in consumers:
-                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env)
                 procs.append(p)
                 cons.append(p)
                 if p.stdout.readline().strip() != "ready":
@@ -169,7 +144,8 @@ class Bench:
             cpu0 = self.redis_cpu_by_port(cpu_ports)
             prods = []
             for cmd in producers:
-                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env)
                 procs.append(p)
                 prods.append(p)
             res = []
@@ -205,6 +181,7 @@ class Bench:
         secs = (t1 - t0) / 1e6
         gb = payload / 1e9
         return dict(
+            batches=count_total,
             secs=secs,
             bps=count_total / secs,
             mbs=payload / secs / 1e6,
@@ -216,16 +193,18 @@ class Bench:
             frame=max(c["frame_bytes"] / max(1, c["batches"]) for c in cons),
         )
 
-    # ---- the three systems ----------------------------------------------
+    # ---- the systems ----------------------------------------------------
     def limit_prefill(self, size):
-        """Fills `mylist` with as many values as any limit run pops, so no
-        RPOP finds it empty; each run pushes as many as it pops, so the
-        length stays. limit_done() deletes it."""
-        n = max(PARAMS[size]["limit_count"], PARAMS[size]["limit_count_p1"])
+        """Fills `mylist` with as many values as any limit run pops (and
+        redis-benchmark's overshoot past -n), so no RPOP finds it empty;
+        each run pushes as many as it pops, so the length stays.
+        limit_done() deletes it."""
+        n = max(PARAMS[size]["limit_count"], PARAMS[size]["limit_count_p1"]) + LIMIT_OVERSHOOT
         self.cli("DEL", "mylist")
-        subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.a.port), "-d", str(size),
-                        "-n", str(n), "-c", "1", "-P", "16" if size < 64 * KIB else "1",
-                        "-t", "lpush", "-q"], check=True, capture_output=True)
+        subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.a.port),
+                        "-d", str(size), "-n", str(n), "-c", "1",
+                        "-P", "16" if size < 64 * KIB else "1", "-t", "lpush", "-q"],
+                       check=True, capture_output=True)
         return True
 
     def limit_done(self):
@@ -233,7 +212,9 @@ class Bench:
 
     def limit(self, size, nclients, pipeline):
         """redis-benchmark LPUSH and RPOP of size-byte values, concurrently
-        on the pre-filled `mylist`. Returns pairs/s = min of the two rates."""
+        on the pre-filled `mylist`, each with nclients connections (-n
+        split over them) and pipeline commands per round trip. Returns
+        pairs/s = min of the two rates."""
         n = PARAMS[size]["limit_count" if pipeline > 1 else "limit_count_p1"]
         base = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.a.port),
                 "-d", str(size), "-n", str(n), "-c", str(nclients), "-P", str(pipeline), "--csv"]
@@ -251,28 +232,40 @@ class Bench:
         return dict(bps=pairs, mbs=pairs * size / 1e6, push=rates[0], pop=rates[1],
                     rcpu=(cpu1 - cpu0) / (n * size / 1e9))
 
-    def sluice(self, size, ack, np, nc, url=None):
+    def sluice(self, size, ack, np, nc, url=None, defaults=None, count=None, payload=None,
+               create=(), duration_ms=None):
         """sluice end to end; url (default the plain one) is where the
         producers and consumers connect (the queue is made over the plain
-        one)."""
+        one). defaults (None: --defaults) passes no prefetch/max_inflight;
+        count (None: PARAMS) batches in all; payload: bench-produce
+        --payload (None: random); create: more `sluice-ctl create` options;
+        duration_ms: the producers stop after that long (count a cap)."""
         pr = PARAMS[size]
         url = url or self.url
+        if defaults is None:
+            defaults = self.defaults
+        prefetch = None if defaults else pr["prefetch"]
+        inflight = None if defaults else pr["inflight"]
         self.nrun += 1
         q = "bench%d" % self.nrun
         self.ctl("create", q, "--max-batches", str(budget_batches(size)),
-                 "--max-bytes", str(BUDGET_BYTES))
+                 "--max-bytes", str(BUDGET_BYTES), *create)
         try:
-            per = pr["count"] // np
+            per = (count or pr["count"]) // np
+            # Consumers that know the count stop at it; else when idle.
+            idle = nc > 1 or duration_ms is not None
             cons = [[os.path.join(self.build, "bench-consume"), "--redis", url, "--queue", q,
-                     "--prefetch", str(pr["prefetch"]), "--ack", ack,
-                     "--expect", str(per * np if nc == 1 else 0), "--idle-ms", str(IDLE_MS)]
+                     "--ack", ack, "--expect", str(0 if idle else per * np),
+                     "--idle-ms", str(IDLE_MS)] + opt("--prefetch", prefetch)
                     for _ in range(nc)]
             prods = [[os.path.join(self.build, "bench-produce"), "--redis", url, "--queue", q,
-                      "--size", str(size), "--count", str(per), "--inflight", str(pr["inflight"]),
-                      "--task", str(i + 1)] for i in range(np)]
-            c, p, rc = self.run_group(cons, prods, until_idle=nc > 1)
-            r = self.summarize(c, p, rc, size, per * np)
-            r["prefetch"] = pr["prefetch"]
+                      "--size", str(size), "--count", str(per), "--task", str(i + 1)]
+                     + opt("--inflight", inflight) + opt("--payload", payload)
+                     + opt("--duration-ms", duration_ms) for i in range(np)]
+            c, p, rc = self.run_group(cons, prods, until_idle=idle)
+            r = self.summarize(c, p, rc, size, sum(x["batches"] for x in p))
+            r["prefetch"] = prefetch
+            r["payload_kind"] = p[0].get("payload_kind")
             return r
         finally:
             self.ctl("delete", q)
@@ -310,8 +303,10 @@ class Bench:
                 want = key_slot("{%s#0}" % name)
                 got = int(self.cli("CLUSTER", "KEYSLOT", "{%s#0}" % name, port=ports[0]))
                 if got != want:
-                    raise RuntimeError("slot of {%s#0}: ours %d, CLUSTER KEYSLOT %d" % (name, want, got))
-                return name, nparts, sorted(count.values(), reverse=True), sorted(set(owner.values()))
+                    raise RuntimeError("slot of {%s#0}: ours %d, CLUSTER KEYSLOT %d"
+                                       % (name, want, got))
+                return (name, nparts, sorted(count.values(), reverse=True),
+                        sorted(set(owner.values())))
         raise RuntimeError("no queue name spreads %d partitions evenly over %d masters"
                            % (nparts, masters))
 
@@ -329,12 +324,12 @@ class Bench:
             per = pr["count"] // np_
             chunk = cluster_chunk(per, pr["inflight"], nparts)
             cons = [[os.path.join(self.build, "bench-consume"), "--redis", url, "--queue", q,
-                     "--prefetch", str(pr["prefetch"]), "--ack", "explicit",
-                     "--expect", str(per * np_ if nc == 1 else 0), "--idle-ms", str(IDLE_MS)]
+                     "--ack", "explicit", "--expect", str(per * np_ if nc == 1 else 0),
+                     "--idle-ms", str(IDLE_MS)] + opt("--prefetch", pr["prefetch"])
                     for _ in range(nc)]
             prods = [[os.path.join(self.build, "bench-produce"), "--redis", url, "--queue", q,
-                      "--size", str(size), "--count", str(per), "--inflight", str(pr["inflight"]),
-                      "--task", str(i + 1), "--chunk", str(chunk)]
+                      "--size", str(size), "--count", str(per), "--task", str(i + 1),
+                      "--chunk", str(chunk)] + opt("--inflight", pr["inflight"])
                      for i in range(np_)]
             split = {}
             c, p, rc = self.run_group(cons, prods, until_idle=nc > 1,
@@ -360,21 +355,31 @@ class Bench:
             except RuntimeError as e:
                 print("   (could not delete %s: %s)" % (q, e), file=sys.stderr, flush=True)
 
-    def peer(self, size, np, nc):
+    def peer(self, size, np, nc, strong=False, port=None, count=None, duration_ms=None):
+        """The Python peer (strong: the strong one, with glibc's malloc
+        thresholds raised) on a list of the private server, reached on
+        port (default: the server's own); duration_ms: the producers stop
+        after that long (count a cap)."""
         pr = PARAMS[size]
         self.nrun += 1
         key = "peer%d" % self.nrun
-        per = pr["peer_count"] // np
-        port = str(self.a.port)
+        per = (count or pr["strong_count" if strong else "peer_count"]) // np
+        port = str(port or self.a.port)
+        mode = ["--strong"] if strong else []
+        idle = nc > 1 or duration_ms is not None
         cons = [[PY, os.path.join(HERE, "peer_consumer.py"), "--port", port, "--key", key,
-                 "--expect", str(per * np if nc == 1 else 0), "--idle-ms", str(IDLE_MS)]
+                 "--expect", str(0 if idle else per * np), "--idle-ms", str(IDLE_MS)] + mode
                 for _ in range(nc)]
         prods = [[PY, os.path.join(HERE, "peer_producer.py"), "--port", port, "--key", key,
                   "--size", str(size), "--count", str(per), "--budget", str(budget_batches(size)),
-                  "--task", str(i + 1)] for i in range(np)]
+                  "--task", str(i + 1)] + mode + opt("--duration-ms", duration_ms)
+                 for i in range(np)]
+        env = dict(os.environ, **STRONG_PEER_ENV) if strong else None
         try:
-            c, p, rc = self.run_group(cons, prods, until_idle=nc > 1)
-            return self.summarize(c, p, rc, size, per * np)
+            c, p, rc = self.run_group(cons, prods, until_idle=idle, env=env)
+            r = self.summarize(c, p, rc, size, sum(x["batches"] for x in p))
+            r["hiredis"] = min(x["hiredis"] for x in c + p)
+            return r
         finally:
             self.cli("DEL", key)
 
@@ -384,17 +389,19 @@ class Bench:
         self.nrun += 1
         q = "bench%d" % self.nrun
         n = pr["lat_count"]
-        self.ctl("create", q, "--max-batches", str(n + 1), "--max-bytes", str((n + 1) * (size + 4096)))
+        self.ctl("create", q, "--max-batches", str(n + 1),
+                 "--max-bytes", str((n + 1) * (size + 4096)))
         try:
             cpu0 = self.redis_cpu_s()
             subprocess.run([os.path.join(self.build, "bench-produce"), "--redis", self.url,
-                            "--queue", q, "--size", str(size), "--count", str(n),
-                            "--inflight", str(pr["inflight"])], check=True, capture_output=True)
+                            "--queue", q, "--size", str(size), "--count", str(n)]
+                           + opt("--inflight", pr["inflight"]), check=True, capture_output=True)
             push_cpu = self.redis_cpu_s() - cpu0
             c, _, pop_cpu = self.run_group([[os.path.join(self.build, "bench-consume"), "--redis",
-                                       self.url, "--queue", q, "--prefetch", str(pr["prefetch"]),
-                                       "--expect", str(n), "--latency-sleep-us",
-                                       str(pr["lat_sleep_us"]), "--latency-samples", str(n)]], [])
+                                             self.url, "--queue", q, "--expect", str(n),
+                                             "--latency-sleep-us", str(pr["lat_sleep_us"]),
+                                             "--latency-samples", str(n)]
+                                            + opt("--prefetch", pr["prefetch"])], [])
             return dict(n=c[0]["lat_n"], waited=c[0]["lat_waited"], p50=c[0]["lat_p50_ns"] / 1e3,
                         p99=c[0]["lat_p99_ns"] / 1e3, max=c[0]["lat_max_ns"] / 1e3,
                         prefetch=pr["prefetch"], sleep=pr["lat_sleep_us"],
@@ -403,12 +410,109 @@ class Bench:
             self.ctl("delete", q)
 
 
-# ---- the report -----------------------------------------------------------
-def median_run(runs):
-    """The run whose MB/s is the median of the repetitions (its other
-    figures come with it)."""
-    runs = sorted(runs, key=lambda r: r["mbs"])
-    return runs[(len(runs) - 1) // 2]
+    # ---- network latency: through the delay proxy ------------------------
+    def proxy_start(self, delay_us):
+        """Starts $BUILD/delay-proxy to the private server, delaying each
+        direction by delay_us; returns (process, its port)."""
+        p = subprocess.Popen([os.path.join(self.build, "delay-proxy"), "--listen", "127.0.0.1:0",
+                              "--to", "127.0.0.1:%d" % self.a.port, "--delay-us", str(delay_us)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = select.select([p.stdout], [], [], 10)[0]
+        words = p.stdout.readline().split() if ready else []
+        if len(words) != 2 or words[0] != "listening" or not words[1].isdigit():
+            self.proxy_stop(p)
+            raise RuntimeError("delay-proxy --delay-us %d did not say 'listening PORT' within "
+                               "10 s: %s" % (delay_us, p.stderr.read().strip() or words))
+        return p, int(words[1])
+
+    @staticmethod
+    def proxy_stop(p):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    @staticmethod
+    def ping_ms(port, n=21):
+        """Median round trip of a PING to the server on port, in ms."""
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                s.sendall(b"PING\r\n")
+                got = b""
+                while not got.endswith(b"\r\n"):
+                    chunk = s.recv(64)
+                    if not chunk:
+                        raise RuntimeError("the connection closed during PING")
+                    got += chunk
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    def delayed(self, size, system, port):
+        """One 1x1 run of system ("sluice acks": library defaults, "peer",
+        "strong peer") through the proxy on port (None: straight to the
+        server)."""
+        pr = PARAMS[size]
+        if system == "sluice acks":
+            url = "redis://127.0.0.1:%d" % port if port else self.url
+            return self.sluice(size, "explicit", 1, 1, url=url, defaults=True,
+                               count=pr["delay_count"], duration_ms=self.delay_ms)
+        return self.peer(size, 1, 1, strong=system == "strong peer", port=port,
+                         count=pr["delay_count"], duration_ms=self.delay_ms)
+
+    # ---- compression ----------------------------------------------------
+    def compress_support(self):
+        """None when `sluice-ctl create` has --compress, else why not."""
+        ctl = os.path.join(self.build, "sluice-ctl")
+        text = ""
+        for args in (["create", "--help"], ["--help"]):
+            r = subprocess.run([ctl] + args, capture_output=True, text=True)
+            text += r.stdout + r.stderr
+        if "--compress" in text:
+            return None
+        return "`sluice-ctl create` has no --compress in this build (neither `sluice-ctl " \
+               "create --help` nor `sluice-ctl --help` mentions it)"
+
+    @staticmethod
+    def codec_args(codec):
+        return [] if codec == "none" else ["--compress", codec]
+
+    def compressed(self, size, codec, payload):
+        """sluice acks 1x1 on a queue created with compression codec."""
+        return self.sluice(size, "explicit", 1, 1, payload=payload, create=self.codec_args(codec))
+
+    def held(self, size, codec, payload):
+        """Bytes Redis holds per batch on a queue with compression codec:
+        one producer alone pushes hold_count batches into a queue whose
+        budgets hold them all; GET sluice:{Q}:bytes over HLEN
+        sluice:{Q}:dlv (the queue's own exact count of its frames' bytes and
+        batches)."""
+        pr = PARAMS[size]
+        n = pr["hold_count"]
+        self.nrun += 1
+        q = "bench%d" % self.nrun
+        self.ctl("create", q, "--max-batches", str(n + 1),
+                 "--max-bytes", str((n + 1) * (size + 4096)), *self.codec_args(codec))
+        try:
+            r = subprocess.run([os.path.join(self.build, "bench-produce"), "--redis", self.url,
+                                "--queue", q, "--size", str(size), "--count", str(n),
+                                "--payload", payload]
+                               + opt("--inflight", None if self.defaults else pr["inflight"]),
+                               capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+            if r.returncode != 0:
+                raise RuntimeError("bench-produce exited %d: %s" % (r.returncode, r.stderr.strip()))
+            held = int(self.cli("GET", "sluice:{%s}:bytes" % q) or 0)
+            batches = int(self.cli("HLEN", "sluice:{%s}:dlv" % q))
+            if batches != n:
+                raise RuntimeError("the queue holds %d batches, %d were pushed" % (batches, n))
+            return held / n
+        finally:
+            self.ctl("delete", q)
 
 
 def loadavg():
@@ -416,8 +520,16 @@ def loadavg():
         return f.read().split()[0]
 
 
-def fmt(x, nd=0):
-    return "-" if x is None else ("%.*f" % (nd, x))
+def peer_libs():
+    """What the peers run on: redis-py's version, and python3-hiredis's
+    when redis-py can use it (else None)."""
+    r = subprocess.run([PY, "-c", "import redis, redis.utils\n"
+                        "print(redis.__version__)\n"
+                        "if redis.utils.HIREDIS_AVAILABLE:\n"
+                        "    import hiredis; print(hiredis.__version__)"],
+                       capture_output=True, text=True)
+    out = r.stdout.split() + [None, None]
+    return out[0] or "?", out[1]
 
 
 def main():
@@ -429,6 +541,9 @@ def main():
     ap.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="one repetition, a quarter of the data")
+    ap.add_argument("--defaults", action="store_true",
+                    help="the Throughput rows' sluice runs pass no prefetch / max_inflight: "
+                         "the library's defaults (the TLS, cluster and next() runs keep PARAMS)")
     ap.add_argument("--clusters", default="",
                     help="space-separated redis+cluster:// URLs of clusters of 1, 2, 3... masters "
                          "(every node of each), for the cluster scaling part")
@@ -441,31 +556,71 @@ def main():
     ap.add_argument("--tls-ca", help="the CA file of the TLS port's certificate")
     ap.add_argument("--tls-only", action="store_true",
                     help="only the TLS part; its section replaces the one in --out")
+    ap.add_argument("--delays", default=",".join(str(d) for d in DELAYS_US),
+                    help="one-way delays in µs of the network latency part (default %(default)s)")
+    ap.add_argument("--no-delay", action="store_true", help="without the network latency part")
+    ap.add_argument("--delay-only", action="store_true",
+                    help="only the network latency part; its section replaces the one in --out")
+    ap.add_argument("--compress-sizes",
+                    help="sizes of the compression part (default: those of --sizes among %s)"
+                         % ",".join(str(s) for s in COMPRESS_SIZES))
+    ap.add_argument("--no-compress", action="store_true", help="without the compression part")
+    ap.add_argument("--compress-only", action="store_true",
+                    help="only the compression part; its section replaces the one in --out")
     a = ap.parse_args()
-    sizes = [int(s) for s in a.sizes.split(",")]
-    csizes = [int(s) for s in (a.cluster_sizes or a.sizes).split(",")] if a.clusters else []
-    if a.cluster_only:
-        if not a.clusters:
-            ap.error("--cluster-only needs --clusters")
-        sizes = []
-    if a.tls_only:
-        if not a.tls_port:
-            ap.error("--tls-only needs --tls-port")
-        csizes = []
-    for s in sizes + csizes:
-        if s not in PARAMS:
-            ap.error("size %d: the sizes are %s" % (s, ",".join(str(x) for x in SIZES)))
+    only = [f for f in ("cluster_only", "tls_only", "delay_only", "compress_only") if getattr(a, f)]
+    if len(only) > 1:
+        ap.error("at most one of --cluster-only, --tls-only, --delay-only, --compress-only")
+    if a.no_delay and a.delay_only:
+        ap.error("--no-delay and --delay-only contradict each other")
+    if a.no_compress and a.compress_only:
+        ap.error("--no-compress and --compress-only contradict each other")
+    if a.cluster_only and not a.clusters:
+        ap.error("--cluster-only needs --clusters")
+    if a.tls_only and not a.tls_port:
+        ap.error("--tls-only needs --tls-port")
+
+    def size_list(text, what):
+        try:
+            out = [int(x) for x in text.split(",")]
+        except ValueError:
+            ap.error("%s %r: a comma-separated list of sizes in bytes" % (what, text))
+        for x in out:
+            if x not in PARAMS:
+                ap.error("%s: size %d: the sizes are %s"
+                         % (what, x, ",".join(str(y) for y in SIZES)))
+        return out
+    sizes = size_list(a.sizes, "--sizes")
+    try:
+        delays = [int(x) for x in a.delays.split(",")]
+    except ValueError:
+        delays = [-1]
+    if any(d <= 0 or d > 1000000 for d in delays):
+        ap.error("--delays %r: one-way delays in µs, each 1..1000000 (loopback is always "
+                 "measured)" % a.delays)
+    main_part = not only
+    msizes = sizes if main_part else []
+    csizes = (size_list(a.cluster_sizes or a.sizes, "--cluster-sizes")
+              if a.clusters and (main_part or a.cluster_only) else [])
+    tsizes = sizes if a.tls_port and (main_part or a.tls_only) else []
+    dsizes = sizes if (main_part or a.delay_only) and not a.no_delay else []
+    ksizes = []
+    if (main_part or a.compress_only) and not a.no_compress:
+        ksizes = (size_list(a.compress_sizes, "--compress-sizes") if a.compress_sizes
+                  else [s for s in sizes if s in COMPRESS_SIZES])
     if a.quick:
         a.reps = 1
         for p in PARAMS.values():
-            for k in ("count", "peer_count", "limit_count", "limit_count_p1", "lat_count"):
-                p[k] = max(16, p[k] // 4)
+            for k in COUNT_KEYS:
+                if k != "hold_count":
+                    p[k] = max(16, p[k] // 4)
     b = Bench(a)
     started = time.time()
     load0 = loadavg()
 
-    rows = {}       # (size, name) -> list of runs
+    rows = {}       # (size, name, setting...) -> list of runs
     lat = {}
+    held = {}       # (size, codec) -> bytes Redis holds per batch
     sluice_cfg = [("acks", "explicit", 1, 1), ("acks", "explicit", 2, 2),
                   ("at-most-once", "none", 1, 1), ("at-most-once", "none", 2, 2)]
     failures = []
@@ -485,342 +640,125 @@ def main():
         if r is not None:
             rows[key].append(r)
 
-    for size in sorted(set(sizes) | set(csizes)):
-        print("== %s" % human(size), file=sys.stderr, flush=True)
-        for rep in range(a.reps):
-            if size in csizes:
-                for m in sorted(b.clusters):
-                    add((size, "cluster", m), attempt("cluster %d masters" % m, b.cluster, size, m))
-                if a.cluster_only:
-                    # The single server's plain queue that `x single`
-                    # compares with, measured in this run too.
-                    topo = "%dx%d" % CLUSTER_TOPO
-                    add((size, "sluice acks", topo), attempt("sluice acks " + topo, b.sluice, size,
-                                                             "explicit", *CLUSTER_TOPO))
-            if size not in sizes:
-                continue
-            if b.tls_url:
-                # Plain and TLS in turns, the order swapped every repetition.
-                order = [("plain", b.url), ("TLS", b.tls_url)][::1 if rep % 2 == 0 else -1]
-                for label, url in order:
-                    add((size, "tls", label), attempt("sluice acks 1x1 over " + label, b.sluice,
-                                                      size, "explicit", 1, 1, url))
-            if a.tls_only:
-                continue
-            if attempt("limit pre-fill", b.limit_prefill, size):
-                for c, pl in LIMIT_SETTINGS:
-                    setting = "-c %d -P %d" % (c, pl)
-                    add((size, "limit", setting), attempt("limit " + setting, b.limit, size, c, pl))
-                b.limit_done()
-            for label, ack, np_, nc in sluice_cfg:
-                topo = "%dx%d" % (np_, nc)
-                add((size, "sluice " + label, topo),
-                    attempt("sluice %s %s" % (label, topo), b.sluice, size, ack, np_, nc))
-            for np_, nc in ((1, 1), (2, 2)):
-                topo = "%dx%d" % (np_, nc)
-                add((size, "peer", topo), attempt("peer " + topo, b.peer, size, np_, nc))
-            print("   rep %d done (%.0f s)" % (rep + 1, time.time() - started), file=sys.stderr,
-                  flush=True)
-        if size in sizes and not a.tls_only:
-            r = attempt("next() latency", b.latency, size)
-            if r is not None:
-                lat[size] = r
+    # The network latency part: one proxy per delay for the whole run.
+    proxies, rtt, delay_skip = {}, {}, None
+    if dsizes:
+        if not os.access(os.path.join(b.build, "delay-proxy"), os.X_OK):
+            delay_skip = "%s/delay-proxy is not built (make %s/delay-proxy)" % (a.build, a.build)
+        else:
+            try:
+                rtt[0] = Bench.ping_ms(a.port)
+                for d in delays:
+                    proxies[d] = b.proxy_start(d)
+                    rtt[d] = Bench.ping_ms(proxies[d][1])
+            except (RuntimeError, OSError) as e:
+                delay_skip = "the delay proxy failed: %s" % e
+        if delay_skip:
+            print("   network latency part skipped: %s" % delay_skip, file=sys.stderr, flush=True)
+    compress_skip = b.compress_support() if ksizes else None
+    if compress_skip:
+        print("   compression part skipped: %s" % compress_skip, file=sys.stderr, flush=True)
+    payload = fmnist_payload()
+
+    try:
+        for size in sorted(set(msizes) | set(csizes) | set(tsizes) | set(dsizes) | set(ksizes)):
+            print("== %s" % human(size), file=sys.stderr, flush=True)
+            for rep in range(a.reps):
+                if size in csizes:
+                    for m in sorted(b.clusters):
+                        add((size, "cluster", m), attempt("cluster %d masters" % m, b.cluster,
+                                                          size, m))
+                    if a.cluster_only:
+                        # The single server's plain queue that `x single`
+                        # compares with, measured in this run too.
+                        topo = "%dx%d" % CLUSTER_TOPO
+                        add((size, "sluice acks", topo), attempt("sluice acks " + topo, b.sluice,
+                                                                 size, "explicit", *CLUSTER_TOPO))
+                if size in tsizes:
+                    # Plain and TLS in turns, the order swapped every repetition.
+                    order = [("plain", b.url), ("TLS", b.tls_url)][::1 if rep % 2 == 0 else -1]
+                    for label, url in order:
+                        add((size, "tls", label), attempt("sluice acks 1x1 over " + label,
+                                                          b.sluice, size, "explicit", 1, 1, url))
+                if size in msizes:
+                    measure_main(b, size, sluice_cfg, attempt, add)
+                if size in dsizes and proxies:
+                    # Loopback and each delay in turns, starting elsewhere
+                    # every repetition.
+                    order = [0] + delays
+                    k = rep % len(order)
+                    for d in order[k:] + order[:k]:
+                        port = proxies[d][1] if d else None
+                        for system in ("sluice acks", "peer", "strong peer"):
+                            add((size, "delay", system, d),
+                                attempt("%s 1x1 at %d µs" % (system, d), b.delayed, size, system,
+                                        port))
+                if size in ksizes and not compress_skip:
+                    k = rep % len(CODECS)
+                    for codec in CODECS[k:] + CODECS[:k]:
+                        add((size, "compress", codec), attempt("sluice acks 1x1, compression " +
+                                                               codec, b.compressed, size, codec,
+                                                               payload))
+                        if rep == 0:
+                            held[(size, codec)] = attempt("bytes held, compression " + codec,
+                                                          b.held, size, codec, payload)
+                print("   rep %d done (%.0f s)" % (rep + 1, time.time() - started),
+                      file=sys.stderr, flush=True)
+            if size in msizes:
+                r = attempt("next() latency", b.latency, size)
+                if r is not None:
+                    lat[size] = r
+    finally:
+        for p, _ in proxies.values():
+            Bench.proxy_stop(p)
 
     load = (load0, loadavg())
-    csec = render_cluster(a, csizes, rows, b, failures if a.cluster_only else [])
-    tsec = render_tls(a, sizes, rows, failures if a.tls_only else [], load)
-    if a.cluster_only or a.tls_only:
-        report, heading = (csec, CLUSTER_HEADING) if a.cluster_only else (tsec, TLS_HEADING)
-        print(report)
-        splice_section(a.out, report, heading)
+    own = failures if only else []
+    sections = {
+        report.CLUSTER_HEADING: report.render_cluster(a, csizes, rows, sorted(b.clusters),
+                                                      own if a.cluster_only else []),
+        report.TLS_HEADING: report.render_tls(a, tsizes, rows, own if a.tls_only else [], load),
+        report.DELAY_HEADING: report.render_delay(a, dsizes, rows, delays, b.delay_ms, rtt,
+                                                  delay_skip, own if a.delay_only else [], load),
+        report.COMPRESS_HEADING: report.render_compress(a, ksizes, rows, held, payload,
+                                                        compress_skip,
+                                                        own if a.compress_only else []),
+    }
+    if only:
+        heading = {"cluster_only": report.CLUSTER_HEADING, "tls_only": report.TLS_HEADING,
+                   "delay_only": report.DELAY_HEADING,
+                   "compress_only": report.COMPRESS_HEADING}[only[0]]
+        print(sections[heading])
+        report.splice_section(a.out, sections[heading], heading)
         print("section replaced in %s" % os.path.relpath(a.out, ROOT), file=sys.stderr)
         return
-    report = render(a, sizes, rows, lat, time.time() - started, load, failures, csec + tsec)
-    print(report)
+    extra = dict(delays=delays, held=held, compress_skip=compress_skip, delay_skip=delay_skip,
+                 libs=peer_libs())
+    text = report.render(a, msizes, rows, lat, time.time() - started, load, failures,
+                         "\n".join(x for x in sections.values() if x), extra)
+    print(text)
     with open(a.out, "w") as f:
-        f.write(report)
+        f.write(text)
     print("written to %s" % os.path.relpath(a.out, ROOT), file=sys.stderr)
 
 
-CLUSTER_HEADING = "## Scaling over Redis Cluster masters"
-TLS_HEADING = "## The cost of TLS (rediss://)"
-
-
-def splice_section(path, section, heading):
-    """Replaces the section under heading of the report in path (up to the
-    next "## " heading) with section, or adds it at the end."""
-    try:
-        with open(path) as f:
-            lines = f.read().split("\n")
-    except FileNotFoundError:
-        lines = []
-    try:
-        i = lines.index(heading)
-        j = next((k for k in range(i + 1, len(lines)) if lines[k].startswith("## ")), len(lines))
-    except ValueError:
-        i = j = len(lines)
-    lines[i:j] = section.rstrip("\n").split("\n") + [""]
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-
-
-def failed_list(w, failures):
-    """Writes, through w, the list of failed measurements of a section."""
-    if failures:
-        w("Failed measurements:\n")
-        for f_ in failures:
-            w("- " + f_)
-        w("")
-
-
-def render_cluster(a, csizes, rows, b, failures):
-    """The cluster scaling section: sluice acks on, 2 partitions per master,
-    CLUSTER_TOPO, per size and number of masters; x 1 master = ratio of the
-    medians to the 1-master figure; Redis capacity x 1 master = the 1-master
-    run's busiest-master CPU per GB over this run's. Empty when there was no
-    cluster."""
-    if not csizes:
-        return ""
-    med = {k: median_run(v) for k, v in rows.items() if v}
-    out = []
-    w = out.append
-    w(CLUSTER_HEADING + "\n")
-    ncpu = os.cpu_count()
-    w("- machine: **%d cores** (nproc); every master, producer and consumer shares them%s"
-      % (ncpu, ": with more busy processes than cores, end-to-end MB/s measures the machine, not "
-         "the cluster, and cannot grow with masters here; what partitioning buys shows in each "
-         "master's own CPU cost (the last columns)"
-         if ncpu < max(b.clusters) + sum(CLUSTER_TOPO) else ""))
-    w("- clusters: %s, private, no replicas, every node `redis-server --cluster-enabled yes %s`; "
-      "the idle clusters stay up during every run"
-      % (", ".join("%d master%s" % (m, "s" if m > 1 else "") for m in sorted(b.clusters)),
-         a.redis_args.strip()))
-    w("- queue: %d partitions per master (`sluice-ctl create --partitions`), the queue name chosen "
-      "so they spread evenly over the masters; budgets per partition as the single-server queue's; "
-      "sluice acks on, %dx%d (producers x consumers); each producer moves to the next partition "
-      "every max(%d, max_inflight) batches (`bench-produce --chunk`), or after fewer when its "
-      "batches would otherwise go round the partitions fewer than %d times (column `chunk`): it "
-      "starts at a home partition that changes from run to run, so with few rounds some masters "
-      "would get a larger share than others"
-      % (PARTITIONS_PER_MASTER, CLUSTER_TOPO[0], CLUSTER_TOPO[1], CHUNK_MIN, CHUNK_ROUNDS))
-    w("- repetitions: %d, the shapes interleaved; each figure is the run with the median MB/s; "
-      "`x 1 master` = that median over the 1-master median; `x single` = over the single "
-      "server's `sluice acks %dx%d` of this run (plain queue, no cluster); both are measured "
-      "end-to-end throughput"
-      % (a.reps, CLUSTER_TOPO[0], CLUSTER_TOPO[1]))
-    w("- per-master Redis CPU: each node's own CPU seconds (INFO cpu, used_cpu_sys + "
-      "used_cpu_user, read before and after the run) per GB of payload; `busiest master CPU "
-      "s/GB` is the highest of the masters' (the all-nodes column over the number of masters is "
-      "their mean: the two differ by how unevenly the load spread), `busiest master core use` "
-      "its CPU seconds over the run's window, first push to last batch received (1.00 = one "
-      "core saturated)")
-    w("- **`Redis capacity x 1 master`** = busiest master CPU s/GB with 1 master / the same with "
-      "this many masters: how much more traffic the cluster could carry than one master before "
-      "its busiest node saturates one core, if each node's CPU per GB stays as measured here. "
-      "It is a **projection from CPU cost, not a measured throughput**: it is what scales when "
-      "every master has a core of its own (and the producers and consumers have theirs), and it "
-      "counts only the Redis side")
-    w("")
-    w("| size | masters | partitions (per master) | chunk | batches/s | MB/s | x 1 master | x single | "
-      "prod CPU s/GB | cons CPU s/GB | redis CPU s/GB (all nodes) | busiest master CPU s/GB | "
-      "busiest master core use | Redis capacity x 1 master | cons RSS MiB |")
-    w("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for s in csizes:
-        one = med.get((s, "cluster", 1))
-        single = med.get((s, "sluice acks", "%dx%d" % CLUSTER_TOPO))
-        for m in sorted(b.clusters):
-            v = med.get((s, "cluster", m))
-            if not v:
-                w("| %s | %d | failed (see below) | | | | | | | | | | | | |" % (human(s), m))
-                continue
-            w("| %s | %d | %d (%s) | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
-              % (human(s), m, v["partitions"], "+".join(str(x) for x in v["spread"]), v["chunk"],
-                 fmt(v["bps"]),
-                 fmt(v["mbs"]),
-                 fmt(one and v["mbs"] / one["mbs"], 2), fmt(single and v["mbs"] / single["mbs"], 2),
-                 fmt(v["pcpu"], 2), fmt(v["ccpu"], 2), fmt(v["rcpu"], 2), fmt(v["bcpu"], 2),
-                 fmt(v["bcores"], 2), fmt(one and v["bcpu"] and one["bcpu"] / v["bcpu"], 2),
-                 fmt(v["crss"], 1)))
-    w("")
-    failed_list(w, failures)
-    return "\n".join(out)
-
-
-def render_tls(a, sizes, rows, failures, load):
-    """The TLS section: sluice acks on, 1x1, the same transfer over the
-    plain port and the TLS port of one server, per size. Empty without
-    --tls-port."""
-    if not a.tls_port or not sizes:
-        return ""
-    med = {k: median_run(v) for k, v in rows.items() if v}
-    out = []
-    w = out.append
-    w(TLS_HEADING + "\n")
-    w("sluice acks on, 1 producer x 1 consumer, the same transfer to the same server over its "
-      "plain port (`redis://`) and its TLS port (`rediss://`: `redis-server --tls-port`, TLS 1.3, "
-      "the server's certificate verified against `SLUICE_TLS_CA_FILE`), in turns, the order "
-      "swapped every repetition; %d repetitions, each figure the run with the median MB/s. CPU "
-      "s/GB of the producer and the consumer include the TLS relay thread of each (and of "
-      "Redis, its own TLS). Load average (1 min) at the start and the end of the run: %s, %s; "
-      "with other work on the cores the MB/s of both fall, the CPU per GB holds better.\n"
-      % (a.reps, load[0], load[1]))
-    w("| size | MB/s plain | MB/s TLS | TLS / plain | prod CPU s/GB plain, TLS | "
-      "cons CPU s/GB plain, TLS | redis CPU s/GB plain, TLS |")
-    w("|---|--:|--:|--:|--:|--:|--:|")
-    for s in sizes:
-        pl, tl = med.get((s, "tls", "plain")), med.get((s, "tls", "TLS"))
-        if not pl or not tl:
-            w("| %s | failed (see below) | | | | | |" % human(s))
-            continue
-        w("| %s | %s | %s | %s | %s, %s | %s, %s | %s, %s |"
-          % (human(s), fmt(pl["mbs"]), fmt(tl["mbs"]), fmt(tl["mbs"] / pl["mbs"], 2),
-             fmt(pl["pcpu"], 2), fmt(tl["pcpu"], 2), fmt(pl["ccpu"], 2), fmt(tl["ccpu"], 2),
-             fmt(pl["rcpu"], 2), fmt(tl["rcpu"], 2)))
-    w("")
-    failed_list(w, failures)
-    return "\n".join(out)
-
-
-def render(a, sizes, rows, lat, elapsed, load, failures, cluster_section=""):
-    med = {k: median_run(v) for k, v in rows.items() if v}
-    out = []
-    w = out.append
-    redis_ver = subprocess.run(["redis-server", "--version"], capture_output=True,
-                               text=True).stdout.split()[2].replace("v=", "")
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    head = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s"], capture_output=True,
-                          text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    w("# sluice benchmark (`make bench`)\n")
-    w("- date: %s; run took %.0f s" % (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), elapsed))
-    w("- load average (1 min) at the start and the end: %s, %s%s"
-      % (load[0], load[1], "  **(other work shared the cores: absolute figures are low; the "
-         "ratios, measured side by side, hold better)**"
-         if max(float(load[0]), float(load[1])) > 1.0 + 0.25 * os.cpu_count() else ""))
-    w("- machine: %d cores (nproc), %s, Linux %s" % (os.cpu_count(), cpu, platform.release()))
-    w("- tree: %s%s" % (head, " (with uncommitted changes)" if dirty else ""))
-    w("- Redis %s, private server: `redis-server %s` on loopback TCP" % (redis_ver, a.redis_args.strip()))
-    w("- payload: one record per batch of the stated size; a sluice frame adds its header "
-      "(column `frame` below), the peer's msgpack map adds ~20 bytes")
-    w("- repetitions: %d, interleaved; each figure is the run with the median MB/s" % a.reps)
-    w("- budgets: %d MiB and min(%d, %d MiB / size) batches for the sluice queue; the peer's list "
-      "is held to the same batch count" % (BUDGET_BYTES // MIB, BUDGET_BATCHES_MAX, BUDGET_BYTES // MIB))
-    w("- MB = 10^6 bytes of payload; CPU s/GB = CPU seconds (user+sys, all threads) per 10^9 "
-      "payload bytes, summed over the processes of a role (the peer's from its first push / "
-      "its `ready`, so interpreter start-up is not billed); redis CPU from INFO cpu; RSS = peak "
-      "(VmHWM), max over the processes of a role")
-    w("")
-    w("| size | frame bytes | per-size settings | batches per run: sluice, peer, redis-benchmark "
-      "-P 16, -P 1 |")
-    w("|---|--:|---|---|")
-    for s in sizes:
-        p = PARAMS[s]
-        frame = max((v["frame"] for k, v in med.items() if k[0] == s and k[1].startswith("sluice")),
-                    default=0)
-        w("| %s | %s | prefetch %d, max_inflight %d, budget %d batches | %d, %d, %d, %d |"
-          % (human(s), "%.0f" % frame if frame else "-", p["prefetch"], p["inflight"], budget_batches(s), p["count"],
-             p["peer_count"], p["limit_count"], p["limit_count_p1"]))
-    w("")
-    w("## Throughput\n")
-    w("`limit` = redis-benchmark LPUSH and RPOP of the same value size run concurrently on "
-      "`mylist` (pre-filled so no RPOP finds it empty); pairs/s = min(push rate, pop rate). "
-      "`x limit` compares with the best limit setting; `x peer` with the peer of the same "
-      "topology (producers x consumers).\n")
-    w("| size | system | setting | batches/s | MB/s | x limit | x peer | prod CPU s/GB | "
-      "cons CPU s/GB | redis CPU s/GB | prod RSS MiB | cons RSS MiB |")
-    w("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-
-    def best(s, name):
-        c = [v for k, v in med.items() if k[0] == s and k[1] == name]
-        return max(c, key=lambda v: v["mbs"]) if c else None
-
-    def ratio(x, y):
-        return x["mbs"] / y["mbs"] if x and y else None
-
-    for s in sizes:
-        lim = best(s, "limit")
-        for k, v in sorted(med.items(), key=lambda kv_: kv_[0][1] != "limit"):
-            if k[0] != s or k[1] in ("cluster", "tls"):
-                continue
-            if k[1] == "limit":
-                w("| %s | limit | %s | %s | %s | %s | | | | %s | | |"
-                  % (human(s), k[2], fmt(v["bps"]), fmt(v["mbs"]), fmt(ratio(v, lim), 2),
-                     fmt(v["rcpu"], 2)))
-                continue
-            peer = med.get((s, "peer", k[2])) if k[1] != "peer" else None
-            w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
-              % (human(s), k[1], k[2], fmt(v["bps"]), fmt(v["mbs"]), fmt(ratio(v, lim), 2),
-                 fmt(ratio(v, peer), 1), fmt(v["pcpu"], 2), fmt(v["ccpu"], 2), fmt(v["rcpu"], 2),
-                 fmt(v["prss"], 1), fmt(v["crss"], 1)))
-    w("")
-    if cluster_section:
-        w(cluster_section)
-    w("## next() when the batch is already prefetched\n")
-    w("Pre-filled queue, acks on, a sleep before each next() so the prefetcher is ahead; calls "
-      "during which the consumer's blocked_us counter grew (it waited for Redis) are left out "
-      "and counted as `waited`.\n")
-    w("The same run splits the Redis server's CPU time per batch between the producer's "
-      "side (filling the queue: MSET and the push script) and the consumer's (draining it: take, "
-      "claim, GET, ack), next to redis-benchmark's LPUSH+RPOP pair at its best setting.\n")
-    w("| size | prefetch | sleep µs | samples | waited | median µs | p99 µs | max µs | "
-      "redis µs/batch push | redis µs/batch consume | redis µs/pair limit |")
-    w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for s in sizes:
-        if s not in lat:
-            w("| %s | failed (see below) | | | | | | | | | |" % human(s))
-            continue
-        l_, lim = lat[s], best(s, "limit")
-        w("| %s | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %s |"
-          % (human(s), l_["prefetch"], l_["sleep"], l_["n"], l_["waited"], l_["p50"], l_["p99"],
-             l_["max"], l_["push_us"], l_["pop_us"], fmt(lim and lim["rcpu"] * s / 1e3, 1)))
-    w("")
-    w("## Targets\n")
-    w("sluice = acks on (the default), the better of 1x1 and 2x2; peer likewise; limit = the "
-      "best redis-benchmark setting.\n")
-    w("| target | measured | result |")
-    w("|---|---|---|")
-    for s in sizes:
-        sl, lim = best(s, "sluice acks"), best(s, "limit")
-        need = 0.5 if s < 64 * KIB else 0.8
-        r = ratio(sl, lim)
-        w("| %s: sluice >= %d%% of the limit | %s | %s |"
-          % (human(s), need * 100,
-             "%.0f%% (%.0f of %.0f MB/s)" % (r * 100, sl["mbs"], lim["mbs"]) if r else "no data",
-             "PASS" if r and r >= need else "MISS"))
-    for s in sizes:
-        if s not in (KIB, MIB):
-            continue
-        sl, pe = best(s, "sluice acks"), best(s, "peer")
-        r = ratio(sl, pe)
-        w("| %s: sluice >= 3x the peer | %s | %s |"
-          % (human(s), "%.1fx (%.0f vs %.0f MB/s)" % (r, sl["mbs"], pe["mbs"]) if r else "no data",
-             "PASS" if r and r >= 3 else "MISS"))
-    for s in sizes:
-        l_ = lat.get(s)
-        ok = l_ and l_["n"] and l_["p50"] < 10
-        w("| %s: next() median < 10 µs when prefetched | %s | %s |"
-          % (human(s), "%.1f µs (p99 %.1f)" % (l_["p50"], l_["p99"]) if l_ else "no data",
-             "PASS" if ok else "MISS"))
-    for s in sizes:
-        worst = max((v for k, v in med.items() if k[0] == s and k[1].startswith("sluice")),
-                    key=lambda v: v["crss"], default=None)
-        lim = worst and worst["prefetch"] * worst["frame"] / MIB + 16
-        w("| %s: consumer RSS <= prefetch x batch + 16 MiB | %s | %s |"
-          % (human(s), "%.1f MiB (limit %.1f)" % (worst["crss"], lim) if worst else "no data",
-             "PASS" if worst and worst["crss"] <= lim else "MISS"))
-    w("")
-    if failures:
-        w("## Failed measurements\n")
-        for f_ in failures:
-            w("- " + f_)
-        w("")
-    return "\n".join(out)
+def measure_main(b, size, sluice_cfg, attempt, add):
+    """One repetition of the Throughput rows of a size: the limit's six
+    settings, sluice's four rows, the plain and the strong peer."""
+    if attempt("limit pre-fill", b.limit_prefill, size):
+        for c, pl in LIMIT_SETTINGS:
+            setting = "-c %d -P %d" % (c, pl)
+            add((size, "limit", setting), attempt("limit " + setting, b.limit, size, c, pl))
+        b.limit_done()
+    for label, ack, np_, nc in sluice_cfg:
+        topo = "%dx%d" % (np_, nc)
+        add((size, "sluice " + label, topo),
+            attempt("sluice %s %s" % (label, topo), b.sluice, size, ack, np_, nc))
+    for strong in (False, True):
+        name = "strong peer" if strong else "peer"
+        for np_, nc in ((1, 1), (2, 2)):
+            topo = "%dx%d" % (np_, nc)
+            add((size, name, topo), attempt("%s %s" % (name, topo), b.peer, size, np_, nc, strong))
 
 
 if __name__ == "__main__":

@@ -34,13 +34,16 @@ def main():
             ap.error("size %d: the sizes are %s" % (size, ",".join(map(str, bench.SIZES))))
         for ack in ("explicit", "none"):
             for rep in range(a.reps):
-                for side, build in (("a", a.a), ("b", a.b)) if rep % 2 == 0 else (("b", a.b), ("a", a.a)):
+                sides = (("a", a.a), ("b", a.b))
+                for side, build in sides if rep % 2 == 0 else sides[::-1]:
                     a.build = build
                     r = bench.Bench(a).sluice(size, ack, 1, 1)
                     runs.setdefault((size, ack, side), []).append(r)
-                    print("%s %-8s %s rep %d: %.0f batches/s" % (bench.human(size), ack, side, rep,
-                                                                 r["bps"]), file=sys.stderr, flush=True)
-    print("| batch | mode | A batches/s | B batches/s | B/A | A Redis CPU s/GB | B Redis CPU s/GB |")
+                    print("%s %-8s %s rep %d: %.0f batches/s"
+                          % (bench.human(size), ack, side, rep, r["bps"]), file=sys.stderr,
+                          flush=True)
+    print("| batch | mode | A batches/s | B batches/s | B/A | A Redis CPU s/GB | "
+          "B Redis CPU s/GB |")
     print("|---|---|--:|--:|--:|--:|--:|")
     for (size, ack, side) in sorted(k for k in runs if k[2] == "a"):
         ra, rb = runs[(size, ack, "a")], runs[(size, ack, "b")]

@@ -7,9 +7,9 @@ driver sends once the producers are done), a line like bench-consume.
 
 Plain (the default): one BLPOP per batch, redis-py's pure-Python reply
 parser even when python3-hiredis is installed. --strong: the hiredis parser
-when installed, and `BLMPOP timeout 1 key LEFT COUNT 16` (one key; the
-timeout is BLPOP's, --idle-ms or --start-ms): up to 16 batches per round
-trip, oldest first, as the producer RPUSHes them.
+when installed, and `BLMPOP T 1 key LEFT COUNT 16` (one key; T is BLPOP's
+timeout, --idle-ms or --start-ms): up to 16 batches per round trip, oldest
+first, as the producer RPUSHes them.
 """
 import argparse
 import resource

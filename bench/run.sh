@@ -4,9 +4,11 @@
 # private Redis Clusters of 1, 2 and 3 masters (tests/lib/cluster.sh)
 # and runs bench/bench.py against them; every server is stopped on exit.
 # Arguments are passed to bench.py (--quick, --sizes 1024,65536, --reps N,
-# --out FILE, --cluster-sizes 65536,1048576, --cluster-only, --tls-only);
+# --out FILE, --defaults, --cluster-sizes 65536,1048576, --cluster-only,
+# --tls-only, --delays 250,1000, --no-delay, --delay-only, --compress-sizes,
+# --no-compress, --compress-only; bench.py --help says what each does);
 # --no-cluster (taken here) skips the clusters and the scaling part,
-# --no-tls the TLS part.
+# --no-tls the TLS part; the *-only options need neither.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,6 +37,7 @@ for a in "$@"; do
         --no-tls) with_tls=0 ;;
         --tls-only) with_clusters=0; args+=("$a") ;;
         --cluster-only) with_tls=0; args+=("$a") ;;
+        --delay-only|--compress-only) with_clusters=0; with_tls=0; args+=("$a") ;;
         *) args+=("$a") ;;
     esac
 done

@@ -7,6 +7,7 @@
 #   scripts/install-deps.sh                          # what the build needs
 #   scripts/install-deps.sh dataset-fashion-mnist    # that too (make demo)
 #   scripts/install-deps.sh python3-torch dataset-fashion-mnist   # make test
+#   scripts/install-deps.sh python3-hiredis dataset-fashion-mnist # make bench (optional)
 set -euo pipefail
 
 PKGS=(
