@@ -484,7 +484,8 @@ class Bench:
 
     def compressed(self, size, codec, payload):
         """sluice acks 1x1 on a queue created with compression codec."""
-        return self.sluice(size, "explicit", 1, 1, payload=payload, create=self.codec_args(codec))
+        return self.sluice(size, "explicit", 1, 1, payload=payload, create=self.codec_args(codec),
+                           count=PARAMS[size]["compress_count"])
 
     def held(self, size, codec, payload):
         """Bytes Redis holds per batch on a queue with compression codec:

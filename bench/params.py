@@ -20,6 +20,7 @@ SIZES = [KIB, 64 * KIB, MIB, 4 * MIB]
 #                     how fast a system is over a slow link is not known in
 #                     advance, and a count that takes 1 s on loopback can
 #                     take minutes at 1 ms a way)
+#   compress_count    sluice in the compression section
 #   hold_count        the compression section's held-bytes run (producer alone)
 # and the sluice settings of the Throughput rows: the consumer's prefetch and
 # the producer's max_inflight; None = pass nothing, the library's default
@@ -29,20 +30,20 @@ SIZES = [KIB, 64 * KIB, MIB, 4 * MIB]
 # `prefetch` ids per round trip.
 PARAMS = {
     KIB: dict(count=100000, peer_count=12000, strong_count=40000, limit_count=200000,
-              limit_count_p1=50000, lat_count=3000, lat_sleep_us=100, delay_count=50000,
-              hold_count=1000, prefetch=256, inflight=128),
+              limit_count_p1=30000, lat_count=3000, lat_sleep_us=100, delay_count=50000,
+              compress_count=30000, hold_count=1000, prefetch=256, inflight=128),
     64 * KIB: dict(count=8192, peer_count=4096, strong_count=8192, limit_count=8192,
                    limit_count_p1=8192, lat_count=1000, lat_sleep_us=300, delay_count=10000,
-                   hold_count=256, prefetch=32, inflight=32),
+                   compress_count=4096, hold_count=256, prefetch=32, inflight=32),
     MIB: dict(count=512, peer_count=256, strong_count=512, limit_count=512, limit_count_p1=512,
               lat_count=200, lat_sleep_us=3000, delay_count=1500,
-              hold_count=32, prefetch=4, inflight=1),
+              compress_count=256, hold_count=32, prefetch=4, inflight=1),
     4 * MIB: dict(count=128, peer_count=64, strong_count=128, limit_count=128,
                   limit_count_p1=128, lat_count=60, lat_sleep_us=12000, delay_count=400,
-                  hold_count=8, prefetch=4, inflight=1),
+                  compress_count=64, hold_count=8, prefetch=4, inflight=1),
 }
 COUNT_KEYS = ("count", "peer_count", "strong_count", "limit_count", "limit_count_p1",
-              "lat_count", "delay_count", "hold_count")
+              "lat_count", "delay_count", "compress_count", "hold_count")
 # The consumer's prefetch when none is passed (consumer.h: "0: 4"); only
 # the consumer RSS target uses it, for rows run with the library's default.
 LIBRARY_PREFETCH_DEFAULT = 4
@@ -74,7 +75,7 @@ CLUSTER_TOPO = (2, 2)
 CHUNK_MIN = 16
 CHUNK_ROUNDS = 4
 DELAYS_US = [250, 1000]      # one-way delays of the network latency section
-DELAY_RUN_MS = 800           # how long a producer pushes there (--quick: a quarter)
+DELAY_RUN_MS = 500           # how long a producer pushes there (--quick: a quarter)
 COMPRESS_SIZES = [KIB, 64 * KIB, MIB]
 CODECS = ["none", "lz4", "zstd"]
 FMNIST_FILE = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"

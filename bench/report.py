@@ -221,15 +221,16 @@ def render_compress(a, sizes, rows, held, payload, skip, failures):
             % FMNIST_FILE if payload == "fmnist" else
             "English-like text (`bench-produce --payload text`: the Fashion-MNIST file `%s` is "
             "not installed)" % FMNIST_FILE)
-    w("Payload: %s. sluice acks on, 1 producer x 1 consumer, %s and the batch counts of "
-      "Throughput, on a queue created with no compression (`none`: no --compress), `--compress "
-      "lz4` and `--compress zstd` (its default level): the producer compresses, the consumer "
+    w("Payload: %s. sluice acks on, 1 producer x 1 consumer, %s, %s batches a run, on a "
+      "queue created with no compression (`none`: no --compress), `--compress lz4` and "
+      "`--compress zstd` (its default level): the producer compresses, the consumer "
       "decompresses; the three in turns in each repetition (%d), the order rotated; each figure "
       "the run with the median MB/s of payload (uncompressed bytes). `held/batch` = bytes the "
       "queue holds per batch: one producer alone pushes `held batches` into a fresh queue whose "
       "budgets hold them all, then `GET sluice:{Q}:bytes` / `HLEN sluice:{Q}:dlv` (the queue's "
       "own count of its frames' bytes and of its batches).\n"
-      % (what, "library defaults" if a.defaults else "the per-size settings",
+      % (what, "library defaults" if a.defaults else "the per-size settings of Throughput",
+         " / ".join("%d at %s" % (PARAMS[s]["compress_count"], human(s)) for s in sizes),
          a.reps))
     w("| size | compression | MB/s | x none | held batches | held/batch bytes | x none (held) | "
       "prod CPU s/GB | cons CPU s/GB | redis CPU s/GB |")
