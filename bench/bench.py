@@ -734,7 +734,7 @@ def main():
         print("section replaced in %s" % os.path.relpath(a.out, ROOT), file=sys.stderr)
         return
     extra = dict(delays=delays, held=held, compress_skip=compress_skip, delay_skip=delay_skip,
-                 libs=peer_libs())
+                 delay_run=bool(dsizes), libs=peer_libs())
     text = report.render(a, msizes, rows, lat, time.time() - started, load, failures,
                          "\n".join(x for x in sections.values() if x), extra)
     print(text)

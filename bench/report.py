@@ -434,23 +434,26 @@ def targets(sizes, med, lat, extra):
         r = ratio(sl, st)
         line("%s: sluice ahead of the strong peer (loopback)" % human(s),
              r and "%.2fx (%.0f vs %.0f MB/s)" % (r, sl["mbs"], st["mbs"]), r and r > 1)
-    one_ms = 1000 in extra["delays"] and not extra["delay_skip"]
-    for s in sizes:
+    # The 1 ms lines: none when the network latency part was not asked
+    # for (--no-delay), MISS with the reason when it was skipped.
+    why = extra["delay_skip"] and "skipped: " + extra["delay_skip"]
+    if 1000 not in extra["delays"]:
+        why = "not measured: 1000 is not among --delays"
+    for s in sizes if extra["delay_run"] else []:
         sl, st = med.get((s, "delay", "sluice acks", 1000)), med.get((s, "delay", "strong peer",
                                                                      1000))
         r = ratio(sl, st)
         line("%s: sluice ahead of the strong peer at 1 ms" % human(s),
-             one_ms and r and "%.2fx (%.0f vs %.0f MB/s)" % (r, sl["mbs"], st["mbs"]),
-             r and r > 1)
-    for s in sizes:
+             r and "%.2fx (%.0f vs %.0f MB/s)" % (r, sl["mbs"], st["mbs"]), r and r > 1,
+             why or "no data")
+    for s in sizes if extra["delay_run"] else []:
         if s < 64 * KIB:
             continue
         d, lo = med.get((s, "delay", "sluice acks", 1000)), med.get((s, "delay", "sluice acks", 0))
         r = ratio(d, lo)
         line("%s: at 1 ms sluice (library defaults) keeps >= 80%% of its loopback MB/s"
-             % human(s), one_ms and r and "%.0f%% (%.0f of %.0f MB/s)" % (r * 100, d["mbs"],
-                                                                         lo["mbs"]),
-             r and r >= 0.8)
+             % human(s), r and "%.0f%% (%.0f of %.0f MB/s)" % (r * 100, d["mbs"], lo["mbs"]),
+             r and r >= 0.8, why or "no data")
     if KIB in sizes:
         sl, lim = med.get((KIB, "sluice acks", "1x1")), best_of(med, KIB, "limit")
         us = sl and sl["rcpu"] * KIB / 1e3
