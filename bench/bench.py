@@ -20,6 +20,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import report
@@ -32,7 +33,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PY = "/usr/bin/python3"
 
-IDLE_MS = 300                # a 2x2 consumer stops after this long without a batch
+# A consumer that does not know the count (2x2, time-bounded runs) stops
+# after this long without a batch, once the producers are done.
+IDLE_MS = 300
 RUN_TIMEOUT_S = 180
 
 
@@ -414,15 +417,19 @@ class Bench:
     def proxy_start(self, delay_us):
         """Starts $BUILD/delay-proxy to the private server, delaying each
         direction by delay_us; returns (process, its port)."""
+        # Its stderr goes to a file: a pipe nobody reads would stop it once full.
+        err = tempfile.TemporaryFile(mode="w+")
         p = subprocess.Popen([os.path.join(self.build, "delay-proxy"), "--listen", "127.0.0.1:0",
                               "--to", "127.0.0.1:%d" % self.a.port, "--delay-us", str(delay_us)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=err, text=True)
         ready = select.select([p.stdout], [], [], 10)[0]
         words = p.stdout.readline().split() if ready else []
         if len(words) != 2 or words[0] != "listening" or not words[1].isdigit():
             self.proxy_stop(p)
+            err.seek(0)
             raise RuntimeError("delay-proxy --delay-us %d did not say 'listening PORT' within "
-                               "10 s: %s" % (delay_us, p.stderr.read().strip() or words))
+                               "10 s: %s" % (delay_us, err.read().strip() or words))
+        err.close()
         return p, int(words[1])
 
     @staticmethod

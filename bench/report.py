@@ -265,14 +265,13 @@ def header(a, sizes, med, elapsed, load, libs):
                           text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
-    hiredis = [v["hiredis"] for k, v in med.items() if k[1] == "strong peer"]
-    if hiredis and min(hiredis):
+    # What the strong peer's runs said they used, else what redis-py finds.
+    used = [v["hiredis"] for k, v in med.items() if k[1] == "strong peer"]
+    if min(used) if used else libs[1]:
         parser = "hiredis (python3-hiredis %s)" % libs[1]
-    elif hiredis or not libs[1]:
+    else:
         parser = "**pure-Python** (python3-hiredis is not installed: scripts/install-deps.sh " \
                  "python3-hiredis)"
-    else:
-        parser = "hiredis (python3-hiredis %s)" % libs[1]
     w("# sluice benchmark (`make bench`)\n")
     w("- date: %s; run took %.0f s" % (datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
                                        elapsed))
