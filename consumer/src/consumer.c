@@ -521,8 +521,16 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
     c->ack_mode = o->ack_mode;
     c->accept_partial = o->accept_partial != 0;
     c->max_batch_bytes = o->max_batch_bytes;
-    c->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
+    c->prefetch = o->prefetch ? o->prefetch : PREFETCH_MAX;
     c->low_water = c->prefetch - (c->prefetch / 2 > 1 ? c->prefetch / 2 : 1);
+    c->win_max = o->prefetch_bytes ? o->prefetch_bytes : WINDOW_MAX_DEFAULT;
+    if (top && top->nparts > 1) {
+        /* The partitions share the group's window. */
+        c->win_max /= (size_t)top->nparts;
+        if (c->win_max < WINDOW_MIN_PART && !o->prefetch_bytes)
+            c->win_max = WINDOW_MIN_PART;
+    }
+    c->win = c->win_max < WINDOW_START ? c->win_max : WINDOW_START;
     c->connect_timeout_ms =
         o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
     c->reconnect_timeout_ms = o->reconnect_timeout_ms;
@@ -609,7 +617,7 @@ static sluice_err open_group(sluice_consumer **out, const sluice_consumer_opts *
     g->world = o->world;
     g->rank = o->rank;
     g->ack_mode = o->ack_mode;
-    g->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
+    g->prefetch = o->prefetch ? o->prefetch : PREFETCH_MAX;
     g->part = calloc((size_t)nparts, sizeof *g->part);
     g->wakes = calloc((size_t)nparts, sizeof *g->wakes);
     if (!g->part || !g->wakes) {

@@ -52,7 +52,8 @@ sluice_err producer_new(sluice_producer **out, const sluice_producer_opts *o,
     sluice_producer *p = calloc(1, sizeof *p);
     if (!p)
         return SLUICE_ERR_NOMEM;
-    p->nslots = o->max_inflight > 0 ? o->max_inflight : INFLIGHT_DEFAULT;
+    p->nslots = o->max_inflight > 0 ? o->max_inflight : INFLIGHT_MAX;
+    p->win = o->max_inflight > 0 ? 0 : WINDOW_START;
     p->ring = calloc((size_t)p->nslots, sizeof *p->ring);
     if (!p->ring) {
         free(p);

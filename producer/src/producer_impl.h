@@ -39,8 +39,15 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define INFLIGHT_DEFAULT 4
 #define INFLIGHT_MAX 1024
+/* max_inflight 0: a ring of INFLIGHT_MAX slots, whose frames in flight are
+ * held to a window of bytes. It starts at WINDOW_START and doubles, up to
+ * WINDOW_MAX, whenever a push finds it full and no reply in yet: the
+ * replies take longer than sending the window does, so it grows to the
+ * bandwidth-delay product of the link, whatever the round-trip time.
+ * Slot buffers beyond WINDOW_MAX in all are freed as they come free. */
+#define WINDOW_START ((size_t)1 << 20)
+#define WINDOW_MAX ((size_t)32 << 20)
 /* Batches and frame bytes per MULTI (see "Groups" in pipeline.c). */
 #define GROUP_MAX 64
 #define GROUP_BYTES ((size_t)1 << 20)
@@ -100,6 +107,7 @@ typedef struct slot {
     enum slot_state state;
     int resent;                        /* sent again after a lost connection */
     int losses;                        /* connections lost awaiting its reply */
+    size_t cap_seen;                   /* frame.cap as counted in buf_held */
 } slot;
 
 struct sluice_producer {
@@ -125,6 +133,9 @@ struct sluice_producer {
     int gmax;                          /* batches per group */
     int head;                          /* oldest slot in use */
     int used;                          /* slots in use, from head */
+    size_t used_bytes;                 /* their frame bytes */
+    size_t win;                        /* the window of used_bytes (max_inflight 0), or 0 */
+    size_t buf_held;                   /* capacity of the slots' buffers */
     int nopen;                         /* of those, the newest nopen are OPEN */
     size_t open_bytes;                 /* their frame bytes */
     int nsent;                         /* slots SENT */

@@ -49,7 +49,11 @@ typedef struct sluice_producer_opts {
                                    "redis+cluster://host:port,..." */
     const char *queue;          /* an existing queue */
     const char *producer_id;    /* NULL: "<hostname>-<pid>-<random>" (at most 64 bytes) */
-    int max_inflight;           /* pushes pipelined before waiting for replies; 0: 4 */
+    int max_inflight;           /* pushes pipelined before waiting for replies; 0: up to
+                                   1024, their frames held to a window of bytes that
+                                   starts at 1 MiB and doubles, up to 32 MiB, whenever
+                                   the replies are slower than sending it: so it covers
+                                   the round-trip time of the link */
     int connect_timeout_ms;     /* 0: SLUICE_CONNECT_TIMEOUT_MS_DEFAULT */
     int reconnect_timeout_ms;   /* give up a lost connection after this long; 0: forever */
     volatile int *stop;         /* optional: when *stop != 0, waits end with SLUICE_ERR_IO */
