@@ -16,6 +16,7 @@
 #include "proto.h"
 #include "retry.h"
 #include "wire.h"
+#include "zframe.h"
 
 #include <hiredis/async.h>
 
@@ -180,6 +181,8 @@ struct sluice_consumer {
     int accept_partial;
     int prefetch;
     size_t max_batch_bytes;
+    sluicei_zpool *zpool;      /* buffers of decompressed frames; the loop decodes into
+                                  them, a batch's release gives one back (any thread) */
     char tok[17];              /* this process's registration token (lib.lua: enter) */
     char owner[MAX_CONSUMER_ID + 2];   /* whose checkpoints it writes ("#<rank>" or a
                                           consumer id); "" without checkpoints */
