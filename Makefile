@@ -8,7 +8,7 @@ BUILD   ?= build
 SAN     ?=
 CC      ?= cc
 
-PKGS      := hiredis libevent msgpack openssl
+PKGS      := hiredis libevent msgpack openssl liblz4 libzstd
 BASE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -D_GNU_SOURCE -fvisibility=hidden
 ALL_CFLAGS  = $(BASE_CFLAGS) $(SAN) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
 LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz -ldl

@@ -182,6 +182,7 @@ void consumer_free(sluice_consumer *c)
     free(c->ack_argv);
     free(c->fetch_keys);
     free(c->fetch_av);
+    sluicei_zpool_close(c->zpool);   /* batches the application holds keep theirs */
     free(c);
 }
 
@@ -544,7 +545,10 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
     c->items = calloc((size_t)c->prefetch, sizeof *c->items);
     c->ring_cap = ACKED_RING;
     c->ring = calloc(c->ring_cap, sizeof *c->ring);
-    if (!c->fifo || !c->items || !c->ring) {
+    /* Keeps what the prefetched batches need, within the window. */
+    c->zpool = sluicei_zpool_new(c->prefetch < ZPOOL_KEEP ? c->prefetch : ZPOOL_KEEP,
+                                 c->win_max);
+    if (!c->fifo || !c->items || !c->ring || !c->zpool) {
         snprintf(errbuf, errlen, "out of memory");
         consumer_free(c);
         return SLUICE_ERR_NOMEM;

@@ -16,6 +16,7 @@
 #include "proto.h"
 #include "retry.h"
 #include "wire.h"
+#include "zframe.h"
 
 #include <hiredis/async.h>
 
@@ -39,6 +40,9 @@
 #define WINDOW_MAX_DEFAULT ((size_t)64 << 20)
 #define WINDOW_MIN_PART ((size_t)4 << 20)
 #define FRAME_GUESS ((size_t)64 << 10)
+/* Decompression buffers a consumer keeps free at most (and no more bytes
+ * than its window's most). */
+#define ZPOOL_KEEP 64
 #define MAX_CONSUMER_ID 64
 #define WORLD_MAX 1000000 /* the most ranks a consumer's world (and a queue's ranks) may have */
 /* Room for a batch id, ":pad<k>" and the NUL; longer ids in a queue are
@@ -191,6 +195,8 @@ struct sluice_consumer {
     int accept_partial;
     int prefetch;
     size_t max_batch_bytes;
+    sluicei_zpool *zpool;      /* buffers of decompressed frames; the loop decodes into
+                                  them, a batch's release gives one back (any thread) */
     char tok[17];              /* this process's registration token (lib.lua: enter) */
     char owner[MAX_CONSUMER_ID + 2];   /* whose checkpoints it writes ("#<rank>" or a
                                           consumer id); "" without checkpoints */
@@ -296,6 +302,8 @@ struct sluice_consumer {
     item *items;               /* prefetch entries */
     uint32_t loop_epoch;
     size_t frame_est;          /* size of the last frame received */
+    size_t mem_est;            /* the memory of the last batch decoded (its frame
+                                  decompressed) */
     size_t win_max;            /* the most the window grows to */
     int take_cut;              /* the take under way asked for less than the free slots
                                   because of the window */

@@ -312,13 +312,15 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
     }
     c->frame_est = m->len;
     sluice_batch *b = NULL;
-    sluice_err e = sluicei_wire_decode_ext(m->str, m->len, c->max_batch_bytes, sizeof(delivery),
-                                           freeReplyObject, m, &b, why, sizeof why);
+    sluice_err e = sluicei_zframe_decode(c->zpool, m->str, m->len, c->max_batch_bytes,
+                                         sizeof(delivery), freeReplyObject, m, &b, why,
+                                         sizeof why);
     if (e != SLUICE_OK) {
         freeReplyObject(m);
         send_dead(c, it->rid, strlen(it->rid), why);
         return;
     }
+    c->mem_est = b->frame_bytes;
     /* The frame must carry the id it is stored under (a padding copy: the
      * id it copies). */
     int padding = 0;

@@ -55,13 +55,14 @@ void loop_arm(struct event *ev, int64_t ms)
 }
 
 /* How many batches the next take may ask for: the free slots, cut to
- * what fits in the window's free bytes at the size of the last frame
+ * what fits in the window's free bytes at the size of the last batch
+ * (its frame decompressed)
  * (*cut says whether the window cut it). One batch always fits when the
  * FIFO is empty, however big. mu is held. */
 static int window_room(sluice_consumer *c, int *cut)
 {
     int room = c->prefetch - c->fifo_len;
-    size_t est = c->frame_est ? c->frame_est : FRAME_GUESS;
+    size_t est = c->mem_est ? c->mem_est : FRAME_GUESS;
     size_t fit = c->fifo_bytes < c->win ? (c->win - c->fifo_bytes) / est : 0;
     if (fit == 0 && c->fifo_len == 0)
         fit = 1;

@@ -253,6 +253,7 @@ static void count_stored(sluice_producer *p, const slot *s)
     p->st.batches++;
     p->st.records += s->nrecords;
     p->st.bytes += s->frame.len;
+    p->st.raw_bytes += s->raw_len;
 }
 
 /* What an error refusing a whole group means: Redis at maxmemory (OOM, a

@@ -33,6 +33,7 @@
 #include "retry.h"
 #include "taskdef.h"
 #include "wire.h"
+#include "zframe.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -100,6 +101,7 @@ enum slot_state {
 
 typedef struct slot {
     sluicei_buf frame;                 /* owned; reused by later batches */
+    size_t raw_len;                    /* the frame's length before compression */
     sluice_batch_id id;
     char idstr[SLUICE_MAX_BATCH_ID];
     uint64_t nrecords;
@@ -123,6 +125,7 @@ struct sluice_producer {
     void (*log)(void *arg, const char *msg);   /* opts.log */
     void *log_arg;
     uint64_t max_frame;                /* the queue's frame limit (meta max_frame) */
+    sluicei_zenc zenc;                 /* the queue's compression (meta compress) */
 
     uint32_t epoch;
     uint64_t task;

@@ -155,7 +155,7 @@ class ProducerOpts(ctypes.Structure):
 
 
 PRODUCER_STATS = ("batches", "records", "bytes", "duplicates", "full_waits", "blocked_us",
-                  "reconnects", "tasks_done", "tasks_failed")
+                  "reconnects", "tasks_done", "tasks_failed", "raw_bytes")
 
 
 class ProducerStats(ctypes.Structure):

@@ -141,8 +141,8 @@ typedef struct sluice_consumer_opts {
                                  next() waited for a take it had cut short, so it grows to
                                  the bandwidth-delay product of the link and no further; a
                                  partitioned queue's partitions share it (at least 4 MiB
-                                 each when 0). A take is sized by the last frame's size: a
-                                 frame far larger than those before may exceed it once. */
+                                 each when 0). A take is sized by the last batch's size: a
+                                 batch far larger than those before may exceed it once. */
 } sluice_consumer_opts;
 
 #define SLUICE_CHECKPOINT_KEEP_DEFAULT 2
