@@ -2,7 +2,8 @@
 # tests/tools/delay-proxy, the bench's network latency: bytes go through it
 # exactly, both ways, at delay 0 and 5 ms; a PING's round trip at 20 ms
 # takes 40 ms and not much more; an end of stream is passed on after the
-# queued bytes, itself delayed; a client whose upstream refuses is closed
+# queued bytes, itself delayed; an upstream that does not read stalls the
+# client, not the proxy's memory; a client whose upstream refuses is closed
 # with one line on stderr while the proxy goes on; bad arguments exit 2
 # naming the argument; SIGTERM and SIGINT end it with 0.
 # shellcheck source=tests/lib/integration.sh
@@ -138,7 +139,57 @@ awk -v m="$out" 'BEGIN { exit !(m >= 9.9) }' ||
 note "half-close: 1 MiB echoed, the end came back $out ms after the shutdown"
 stop "$PROXY_PID" TERM phalf
 
-# (4) An upstream that refuses: the client is closed, one line on stderr
+# (4) Bounded memory: an upstream that reads nothing stalls the client once
+# the proxy holds its 64 MiB (plus what the kernel buffers); the proxy's
+# memory stays near that. Then upstream reads: all of it arrives, exact.
+up_port=$(redis_tmp_free_port)
+proxy pfull "$up_port" 1000
+out=$("$PY" - "$up_port" "$PROXY_PORT" "$PROXY_PID" <<'EOF'
+import hashlib, os, socket, sys, time
+up_port, port, pid = (int(a) for a in sys.argv[1:])
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind(("127.0.0.1", up_port))
+ls.listen(1)
+c = socket.create_connection(("127.0.0.1", port), timeout=10)
+ls.settimeout(10)
+up, _ = ls.accept()
+c.setblocking(False)
+block = os.urandom(1 << 20)
+sent, h, last = 0, hashlib.sha256(), time.monotonic()
+while time.monotonic() - last < 0.5:
+    if sent > 512 << 20:
+        sys.exit("sent %d MiB and the proxy still reads" % (sent >> 20))
+    try:
+        n = c.send(block[sent % len(block):])
+    except BlockingIOError:
+        time.sleep(0.01)
+        continue
+    h.update(block[sent % len(block):][:n])
+    sent += n
+    last = time.monotonic()
+rss = int([l for l in open("/proc/%d/status" % pid) if l.startswith("VmRSS")][0].split()[1])
+if rss > 128 << 10:
+    sys.exit("the proxy holds %d MiB (VmRSS) with %d MiB sent" % (rss >> 10, sent >> 20))
+c.setblocking(True)
+c.shutdown(socket.SHUT_WR)
+g, got = hashlib.sha256(), 0
+up.settimeout(10)
+while True:
+    data = up.recv(1 << 20)
+    if not data:
+        break
+    g.update(data)
+    got += len(data)
+if got != sent or g.digest() != h.digest():
+    sys.exit("upstream got %d bytes of %d, equal: %s" % (got, sent, g.digest() == h.digest()))
+print("stalled at %d MiB sent, proxy VmRSS %d MiB, all delivered" % (sent >> 20, rss >> 10))
+EOF
+) || fail "backpressure: $out"
+note "backpressure: $out"
+stop "$PROXY_PID" TERM pfull
+
+# (5) An upstream that refuses: the client is closed, one line on stderr
 # per client, and the proxy goes on accepting.
 closed_port=$(redis_tmp_free_port)
 proxy prefused "$closed_port" 1000
@@ -163,7 +214,7 @@ kill -0 "$PROXY_PID" 2>/dev/null || fail "the proxy exited after an upstream ref
 stop "$PROXY_PID" TERM prefused
 note "refused upstream: $(head -n 1 "$T/prefused.err")"
 
-# (5) Bad arguments: exit 2, and the message names the argument.
+# (6) Bad arguments: exit 2, and the message names the argument.
 failures=0
 bad() {
     local name=$1 rc=0
@@ -202,4 +253,4 @@ bad --delay-us "${L[@]}" "${TO[@]}" --delay-us
 grep -q -- '--delay-us' "$T/help" || fail "--help does not show the usage: $(cat "$T/help")"
 
 echo "ok: byte-exact at 0 and 5 ms, PING round trip $median ms at 20 ms one way," \
-    "half-close delayed, refused upstream survived, bad arguments exit 2"
+    "half-close delayed, memory bounded, refused upstream survived, bad arguments exit 2"
