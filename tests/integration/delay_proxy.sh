@@ -22,7 +22,8 @@ proxy() {
     wait_for 10 in_file "$T/$name.out" '^listening ' ||
         fail "$name: no 'listening' line: $(cat "$T/$name.err")"
     line=$(<"$T/$name.out")
-    [[ $line =~ ^listening\ ([0-9]+)$ ]] || fail "$name: stdout is not one 'listening PORT': '$line'"
+    [[ $line =~ ^listening\ ([0-9]+)$ ]] ||
+        fail "$name: stdout is not one 'listening PORT': '$line'"
     PROXY_PORT=${BASH_REMATCH[1]}
     [[ $(<"$T/$name.port") == "$PROXY_PORT" ]] ||
         fail "$name: port file has '$(<"$T/$name.port")', stdout $PROXY_PORT"
@@ -108,7 +109,8 @@ while True:
         c.sendall(data)
     c.close()
 ' "$echo_port"
-wait_for 10 in_file "$T/echo.out" ready || fail "the echo server did not start: $(cat "$T/echo.err")"
+wait_for 10 in_file "$T/echo.out" ready ||
+    fail "the echo server did not start: $(cat "$T/echo.err")"
 proxy phalf "$echo_port" 5000
 out=$("$PY" - "$PROXY_PORT" <<'EOF'
 import os, socket, sys, threading, time
