@@ -149,6 +149,13 @@ $(BUILD)/hold: $(BUILD)/tests/tools/hold.o $(BUILD)/libsluice.a
 $(BUILD)/next-latency: $(BUILD)/tests/tools/next-latency.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
+# A TCP proxy that delays each direction by a fixed time without limiting
+# bandwidth (the bench at network latency; delay_proxy.sh). Plain libevent.
+$(BUILD)/delay-proxy: $(BUILD)/tests/tools/delay-proxy.o
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+unit: $(BUILD)/delay-proxy
+
 # Drives the cluster router: slots, redirects, failover (cluster_router.sh).
 $(BUILD)/cluster-probe: $(BUILD)/tests/tools/cluster-probe.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
@@ -157,8 +164,9 @@ unit: $(BUILD)/cluster-probe
 
 unit: all $(UNIT_BIN) $(BUILD)/gen-tfrecord $(BUILD)/push-tensors $(BUILD)/hold $(BUILD)/next-latency
 
-# Load tools of the benchmark (bench/bench.py), on the library's public API.
-BENCH_TOOLS := $(BUILD)/bench-produce $(BUILD)/bench-consume
+# Load tools of the benchmark (bench/bench.py), on the library's public API,
+# and the proxy that puts a network's latency between them and Redis.
+BENCH_TOOLS := $(BUILD)/bench-produce $(BUILD)/bench-consume $(BUILD)/delay-proxy
 
 $(BUILD)/bench-%: $(BUILD)/tests/tools/bench-%.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
