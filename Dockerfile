@@ -20,6 +20,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential pkg-config \
         libhiredis-dev libevent-dev libmsgpack-dev zlib1g-dev libssl-dev \
+        liblz4-dev libzstd-dev \
         python3 \
  && rm -rf /var/lib/apt/lists/*
 
@@ -54,6 +55,7 @@ ARG EXTRA_PACKAGES=""
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         libhiredis0.14 libevent-2.1-7 libevent-pthreads-2.1-7 libmsgpackc2 zlib1g \
+        liblz4-1 libzstd1 \
         libssl3 ca-certificates \
         $EXTRA_PACKAGES \
  && rm -rf /var/lib/apt/lists/*

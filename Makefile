@@ -8,7 +8,7 @@ BUILD   ?= build
 SAN     ?=
 CC      ?= cc
 
-PKGS      := hiredis libevent msgpack openssl
+PKGS      := hiredis libevent msgpack openssl liblz4 libzstd
 BASE_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -fPIC -D_GNU_SOURCE -fvisibility=hidden
 ALL_CFLAGS  = $(BASE_CFLAGS) $(SAN) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
 LIBS        = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lz -ldl
@@ -149,6 +149,13 @@ $(BUILD)/hold: $(BUILD)/tests/tools/hold.o $(BUILD)/libsluice.a
 $(BUILD)/next-latency: $(BUILD)/tests/tools/next-latency.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
+# A TCP proxy that delays each direction by a fixed time without limiting
+# bandwidth (the bench at network latency; delay_proxy.sh). Plain libevent.
+$(BUILD)/delay-proxy: $(BUILD)/tests/tools/delay-proxy.o
+	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
+
+unit: $(BUILD)/delay-proxy
+
 # Drives the cluster router: slots, redirects, failover (cluster_router.sh).
 $(BUILD)/cluster-probe: $(BUILD)/tests/tools/cluster-probe.o $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
@@ -158,9 +165,8 @@ unit: $(BUILD)/cluster-probe
 unit: all $(UNIT_BIN) $(BUILD)/gen-tfrecord $(BUILD)/push-tensors $(BUILD)/hold $(BUILD)/next-latency
 
 # Load tools of the benchmark (bench/bench.py), on the library's public API,
-# and the delay proxy of its network latency part (when its source is here).
-BENCH_TOOLS := $(BUILD)/bench-produce $(BUILD)/bench-consume \
-               $(if $(wildcard tests/tools/delay-proxy.c),$(BUILD)/delay-proxy)
+# and the proxy that puts a network's latency between them and Redis.
+BENCH_TOOLS := $(BUILD)/bench-produce $(BUILD)/bench-consume $(BUILD)/delay-proxy
 # Debian packages only the bench uses, both optional (the report says what
 # it ran without): the strong Python peer's reply parser, and Fashion-MNIST,
 # the payload of the compression part.

@@ -61,6 +61,17 @@ static int parse_flags(int argc, char **argv, create_opts *o, const char **given
             o->remainder_given = 1;
             continue;
         }
+        if ((got = sluicei_flag_value(argc, argv, &i, "--compress", &val)) != 0) {
+            char why[256];
+            if (got < 0)
+                return SLUICEI_EXIT_USAGE;
+            if (val[0] == '\0')
+                return sluicei_usage_error("create: --compress is empty (none, lz4, zstd or "
+                                           "zstd:LEVEL)");
+            if (sluicei_zsetting_parse(val, strlen(val), &o->compress, why, sizeof why) != 0)
+                return sluicei_usage_error("create: --compress: %s", why);
+            continue;
+        }
         size_t k = 0;
         while (k < NFLAGS && (got = sluicei_flag_value(argc, argv, &i, create_flags[k].name,
                                                         &val)) == 0)
@@ -242,6 +253,7 @@ static int delete_partitions(ctl *x, int lo, int hi)
 int create_run(ctl *x, const create_opts *o)
 {
     char nb[24], nB[24], now[24], ranks[24], lease[24], maxd[24], mf[24], np[24], pp[24];
+    char z[SLUICEI_ZSETTING_MAX];
     snprintf(nb, sizeof nb, "%" PRIu64, o->max_batches);
     snprintf(nB, sizeof nB, "%" PRIu64, o->max_bytes);
     snprintf(now, sizeof now, "%" PRIu64, sluicei_wall_us());
@@ -249,9 +261,12 @@ int create_run(ctl *x, const create_opts *o)
     snprintf(lease, sizeof lease, "%" PRIu64, o->lease_ms);
     snprintf(maxd, sizeof maxd, "%" PRIu64, o->max_deliveries);
     snprintf(mf, sizeof mf, "%" PRIu64, o->max_frame);
-    snprintf(np, sizeof np, "%" PRIu64, o->partitions);
+    /* partitions and partition are '' for a plain queue. */
+    np[0] = pp[0] = '\0';
+    if (o->partitions)
+        snprintf(np, sizeof np, "%" PRIu64, o->partitions);
     const char *args[] = {nb, nB, now, ranks, o->ranks ? o->remainder : "", lease, maxd, mf, np,
-                          pp};
+                          pp, sluicei_zsetting_str(&o->compress, z)};
     /* Q may exist in the other form (plain / partitioned), which the
      * script, looking at one name, would not see. */
     int have;
@@ -272,8 +287,9 @@ int create_run(ctl *x, const create_opts *o)
     }
     for (int p = ctl_nparts(x) - 1; p >= 0; p--) {
         redisReply *r;
-        snprintf(pp, sizeof pp, "%d", p);
-        if (ctl_run_script(x, SLUICEI_SCRIPT_CREATE, ctl_pname(x, p), x->partitions ? 10 : 8, args, &r)) {
+        if (x->partitions)
+            snprintf(pp, sizeof pp, "%d", p);
+        if (ctl_run_script(x, SLUICEI_SCRIPT_CREATE, ctl_pname(x, p), 11, args, &r)) {
             if (p + 1 < ctl_nparts(x)) {
                 int left = delete_partitions(x, p + 1, ctl_nparts(x));
                 if (left)
@@ -296,6 +312,8 @@ int create_run(ctl *x, const create_opts *o)
         printf("created queue '%s': at most %s batches, %s bytes", x->q, nb, nB);
     if (o->ranks)
         printf("; coordinated over %s ranks, remainder %s", ranks, o->remainder);
+    if (o->compress.codec != SLUICEI_ZCODEC_NONE)
+        printf("; frames compressed with %s", z);
     printf("\n");
     return 0;
 }

@@ -10,6 +10,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "proto.h"
+#include "zframe.h"
 #include "json.h"
 /* The manifest parser lives with the readers it checks paths against. */
 #include "manifest.h"
@@ -199,6 +200,7 @@ typedef struct create_opts {
     uint64_t max_deliveries;  /* deliveries before a batch is dead-lettered */
     uint64_t max_frame;       /* largest batch frame; 0: min(64 MiB, max_bytes) */
     uint64_t partitions;      /* --partitions P; 0: a plain queue */
+    sluicei_zsetting compress; /* --compress; none by default */
 } create_opts;
 
 /* Reads create's flags (and checks the name q) before anything connects,

@@ -116,6 +116,7 @@ static void print_info(const qview *v)
                ctl_fields_or(&in->meta, "remainder", "drop"));
     printf("lease_ms: %lld\n", in->lease_ms);
     printf("max_deliveries: %lld\n", ctl_fields_num(&in->meta, "max_deliveries"));
+    printf("compress: %s\n", ctl_fields_or(&in->meta, "compress", "none"));
     printf("batches: %lld\n", in->held);
     printf("bytes: %lld\n", in->bytes);
     printf("ready: %lld\n", in->ready);

@@ -12,7 +12,7 @@ set -euo pipefail
 
 PKGS=(
     build-essential pkg-config
-    libhiredis-dev libevent-dev libmsgpack-dev zlib1g-dev libssl-dev
+    libhiredis-dev libevent-dev libmsgpack-dev zlib1g-dev libssl-dev liblz4-dev libzstd-dev
     redis-server redis-tools
     python3 python3-msgpack python3-redis python3-numpy
     procps coreutils docker-compose openssl

@@ -34,12 +34,14 @@ local function has_room(count, used, size, maxn, maxb, ahead)
   end
   return count + 1 <= maxn and used + size <= maxb
 end
-local ids, tmp, get = {}, {}, {}
+local ids, tmp, get, ok = {}, {}, {}, {}
+local et = e .. ':' .. t .. ':'
+local inp = pre .. 'in:' .. et
 for k = 1, n do
-  ids[k] = e .. ':' .. t .. ':' .. ARGV[k + 2]
-  tmp[k] = pre .. 'in:' .. ids[k]
+  local q = ARGV[k + 2]
+  ids[k], tmp[k], ok[k] = et .. q, inp .. q, valid_seq(q)
   -- (A seq out of range reads bit 0: the batch is refused below.)
-  get[3 * k - 2], get[3 * k - 1], get[3 * k] = 'GET', 'u1', valid_seq(ARGV[k + 2]) and ARGV[k + 2] or '0'
+  get[3 * k - 2], get[3 * k - 1], get[3 * k] = 'GET', 'u1', ok[k] and q or '0'
 end
 if not (decimal(e, 10) and tonumber(e) <= 4294967295 and decimal(t, 20) and
         (#t < 20 or t <= '18446744073709551615')) then
@@ -86,11 +88,12 @@ local used = tonumber(redis.call('GET', pre .. 'bytes') or '0')
 -- budgets, so a task of the current epoch that must be redone finds room.
 local ahead = open and tonumber(e) > open
 local stage = pre .. 'stage:' .. le
+local bp = pre .. 'b:'
 local out, gone, fields, seen, list = {}, {}, {}, {}, {}
 local pushed, bytes, dups, full, nf = 0, 0, 0, false, 0
 for k = 1, n do
   local id = ids[k]
-  if not valid_seq(ARGV[k + 2]) then
+  if not ok[k] then
     out[k] = redis.error_reply('INVALID batch ' .. id .. ': seq not a decimal up to 16777215')
   elseif held[k] or acked[k] == 1 or seen[id] then
     out[k] = 2
@@ -120,7 +123,7 @@ for k = 1, n do
       if not (completes or begun) and not has_room(count, used, size, maxn, maxb, ahead) then
         full = true
         out[k] = 0
-      elseif redis.call('RENAMENX', tmp[k], pre .. 'b:' .. id) == 0 then
+      elseif redis.call('RENAMENX', tmp[k], bp .. id) == 0 then
         -- A frame is stored under this id already (not in dlv: a queue
         -- written by hand). RENAMENX: a producer never replaces a frame,
         -- and its ACL role may create b: keys but not overwrite them.

@@ -20,6 +20,7 @@
 #include "wire_check.h"
 
 #include "mpack.h"
+#include "zframe.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -546,6 +547,12 @@ sluice_err wire_check(const void *p, size_t len, size_t max_bytes, struct wire_l
         return e;
     if ((e = walk_structure(p, len, lo, err, errlen)) != SLUICE_OK)
         return e;
+    /* zframe.c opens an envelope before this check of the frame inside,
+     * which is never an envelope itself. */
+    if (sluicei_zframe_is_envelope(p, len))
+        return wire_fail(err, errlen, SLUICE_ERR_PROTOCOL,
+                         "offset %zu: a compressed frame (second key \"z\") where an "
+                         "uncompressed one belongs: compressed frames do not nest", off);
     return check_schema(p, len, lo, err, errlen);
 }
 

@@ -4,6 +4,7 @@
  * objects point into the input, so records and tensor data point into the
  * frame and its zone can be freed before returning. */
 #include "wire_check.h"
+#include "zframe.h"
 
 #include <msgpack.h>
 
@@ -179,7 +180,8 @@ sluice_err sluicei_wire_decode_ext(const void *p, size_t len, size_t max_bytes, 
     return SLUICE_OK;
 }
 
+/* A compressed frame too: producers write them on a queue with compression. */
 sluice_err sluice_wire_decode(const void *p, size_t len, size_t max_bytes, sluice_batch **out)
 {
-    return sluicei_wire_decode(p, len, max_bytes, NULL, NULL, out, NULL, 0);
+    return sluicei_zframe_decode(NULL, p, len, max_bytes, 0, NULL, NULL, out, NULL, 0);
 }

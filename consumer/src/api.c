@@ -30,6 +30,7 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
         c->out[c->nout++] = *s;
     c->fifo_head = (c->fifo_head + 1) % c->prefetch;
     c->fifo_len--;
+    c->fifo_bytes -= b->frame_bytes;
     c->st.batches++;
     c->st.records += b->nrecords;
     c->st.bytes += b->frame_bytes;
@@ -38,7 +39,7 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
         c->st.redelivered++;
     if (d->padding)
         c->st.padding++;
-    if (c->want_room && c->fifo_len <= c->low_water) {
+    if (c->want_room && (c->fifo_len <= c->low_water || c->fifo_bytes <= c->win / 2)) {
         c->want_room = 0;
         *wake = loop_wake_needed(c);
     }

@@ -182,6 +182,7 @@ void consumer_free(sluice_consumer *c)
     free(c->ack_argv);
     free(c->fetch_keys);
     free(c->fetch_av);
+    sluicei_zpool_close(c->zpool);   /* batches the application holds keep theirs */
     free(c);
 }
 
@@ -521,8 +522,16 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
     c->ack_mode = o->ack_mode;
     c->accept_partial = o->accept_partial != 0;
     c->max_batch_bytes = o->max_batch_bytes;
-    c->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
+    c->prefetch = o->prefetch ? o->prefetch : PREFETCH_MAX;
     c->low_water = c->prefetch - (c->prefetch / 2 > 1 ? c->prefetch / 2 : 1);
+    c->win_max = o->prefetch_bytes ? o->prefetch_bytes : WINDOW_MAX_DEFAULT;
+    if (top && top->nparts > 1) {
+        /* The partitions share the group's window. */
+        c->win_max /= (size_t)top->nparts;
+        if (c->win_max < WINDOW_MIN_PART && !o->prefetch_bytes)
+            c->win_max = WINDOW_MIN_PART;
+    }
+    c->win = c->win_max < WINDOW_START ? c->win_max : WINDOW_START;
     c->connect_timeout_ms =
         o->connect_timeout_ms ? o->connect_timeout_ms : SLUICE_CONNECT_TIMEOUT_MS_DEFAULT;
     c->reconnect_timeout_ms = o->reconnect_timeout_ms;
@@ -536,7 +545,10 @@ static sluice_err consumer_new(sluice_consumer **out, const sluice_consumer_opts
     c->items = calloc((size_t)c->prefetch, sizeof *c->items);
     c->ring_cap = ACKED_RING;
     c->ring = calloc(c->ring_cap, sizeof *c->ring);
-    if (!c->fifo || !c->items || !c->ring) {
+    /* Keeps what the prefetched batches need, within the window. */
+    c->zpool = sluicei_zpool_new(c->prefetch < ZPOOL_KEEP ? c->prefetch : ZPOOL_KEEP,
+                                 c->win_max);
+    if (!c->fifo || !c->items || !c->ring || !c->zpool) {
         snprintf(errbuf, errlen, "out of memory");
         consumer_free(c);
         return SLUICE_ERR_NOMEM;
@@ -609,7 +621,7 @@ static sluice_err open_group(sluice_consumer **out, const sluice_consumer_opts *
     g->world = o->world;
     g->rank = o->rank;
     g->ack_mode = o->ack_mode;
-    g->prefetch = o->prefetch ? o->prefetch : PREFETCH_DEFAULT;
+    g->prefetch = o->prefetch ? o->prefetch : PREFETCH_MAX;
     g->part = calloc((size_t)nparts, sizeof *g->part);
     g->wakes = calloc((size_t)nparts, sizeof *g->wakes);
     if (!g->part || !g->wakes) {

@@ -16,6 +16,7 @@
 #include "proto.h"
 #include "retry.h"
 #include "wire.h"
+#include "zframe.h"
 
 #include <hiredis/async.h>
 
@@ -26,8 +27,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PREFETCH_DEFAULT 4
+/* Batches held ahead at most: prefetch, or PREFETCH_MAX when it is 0. */
 #define PREFETCH_MAX 1024
+/* The window of bytes held ahead (decoded in the FIFO, or asked for and on
+ * the way) starts at WINDOW_START and doubles, up to prefetch_bytes
+ * (WINDOW_MAX_DEFAULT when 0, shared by the partitions of a group), each
+ * time the application waited for a take that the window had cut short:
+ * it grows until it covers the bandwidth-delay product, whatever the
+ * round-trip time. FRAME_GUESS sizes the first take, before any frame
+ * was seen. */
+#define WINDOW_START ((size_t)1 << 20)
+#define WINDOW_MAX_DEFAULT ((size_t)64 << 20)
+#define WINDOW_MIN_PART ((size_t)4 << 20)
+#define FRAME_GUESS ((size_t)64 << 10)
+/* Decompression buffers a consumer keeps free at most (and no more bytes
+ * than its window's most). */
+#define ZPOOL_KEEP 64
 #define MAX_CONSUMER_ID 64
 #define WORLD_MAX 1000000 /* the most ranks a consumer's world (and a queue's ranks) may have */
 /* Room for a batch id, ":pad<k>" and the NUL; longer ids in a queue are
@@ -180,6 +195,8 @@ struct sluice_consumer {
     int accept_partial;
     int prefetch;
     size_t max_batch_bytes;
+    sluicei_zpool *zpool;      /* buffers of decompressed frames; the loop decodes into
+                                  them, a batch's release gives one back (any thread) */
     char tok[17];              /* this process's registration token (lib.lua: enter) */
     char owner[MAX_CONSUMER_ID + 2];   /* whose checkpoints it writes ("#<rank>" or a
                                           consumer id); "" without checkpoints */
@@ -215,6 +232,8 @@ struct sluice_consumer {
     int parked;                /* the loop only works when woken (see loop_pump()) */
     int waiting;               /* top: next() is waiting on cv for a batch */
     int low_water;             /* fifo_len at which a waiting loop is woken */
+    size_t fifo_bytes;         /* frame bytes of the batches in the FIFO */
+    size_t win;                /* the window (see WINDOW_START); the loop grows it */
     sluice_err fatal;
     char fatal_msg[512];
     char note[512];            /* top: the last frame sent to the dead letters */
@@ -283,6 +302,11 @@ struct sluice_consumer {
     item *items;               /* prefetch entries */
     uint32_t loop_epoch;
     size_t frame_est;          /* size of the last frame received */
+    size_t mem_est;            /* the memory of the last batch decoded (its frame
+                                  decompressed) */
+    size_t win_max;            /* the most the window grows to */
+    int take_cut;              /* the take under way asked for less than the free slots
+                                  because of the window */
     int stopped_at_marker, marker_published;
     int list_empty, oom_wait, need_resync;
     idbuf *unconf;

@@ -20,6 +20,7 @@ static void lease_lost(sluice_consumer *c, const char *msg)
      * application's, and when they come again they are new to it. */
     while (c->fifo_len > 0 && c->ack_mode == SLUICE_ACK_EXPLICIT) {
         dups_del(c, c->fifo[c->fifo_head].rid);
+        c->fifo_bytes -= c->fifo[c->fifo_head].b->frame_bytes;
         sluice_batch_free(c->fifo[c->fifo_head].b);
         c->fifo_head = (c->fifo_head + 1) % c->prefetch;
         c->fifo_len--;
@@ -133,6 +134,17 @@ static void add_item(sluice_consumer *c, const char *s, size_t len, long long dl
     (*n)++;
 }
 
+/* A take the window cut short got all it asked for: when the application
+ * already waits for the next batch, the window did not cover the time its
+ * frames take to come (the round trips), and doubles. */
+static void window_grow(sluice_consumer *c)
+{
+    mu_lock(c);
+    if (c->top->waiting && c->win < c->win_max)
+        c->win = c->win <= c->win_max / 2 ? c->win * 2 : c->win_max;
+    mu_unlock(c);
+}
+
 static void handle_take(sluice_consumer *c, req *q, redisReply *r)
 {
     if (is_err(r, "RECOVERING")) {
@@ -182,7 +194,12 @@ static void handle_take(sluice_consumer *c, req *q, redisReply *r)
         fetch_ack(c, n);
     if (gen != c->gen)
         return;
-    c->list_empty = !marker && r->elements / 2 < want;
+    /* A take that got something takes again (in the same two round
+     * trips it brings what came meanwhile); one that got nothing blocks
+     * in BLMOVE, which wakes with the next push. */
+    c->list_empty = !marker && n == 0;
+    if (!marker && r->elements / 2 >= want && c->take_cut)
+        window_grow(c);
     if (marker)
         reached_marker(c);
 }
@@ -295,13 +312,15 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
     }
     c->frame_est = m->len;
     sluice_batch *b = NULL;
-    sluice_err e = sluicei_wire_decode_ext(m->str, m->len, c->max_batch_bytes, sizeof(delivery),
-                                           freeReplyObject, m, &b, why, sizeof why);
+    sluice_err e = sluicei_zframe_decode(c->zpool, m->str, m->len, c->max_batch_bytes,
+                                         sizeof(delivery), freeReplyObject, m, &b, why,
+                                         sizeof why);
     if (e != SLUICE_OK) {
         freeReplyObject(m);
         send_dead(c, it->rid, strlen(it->rid), why);
         return;
     }
+    c->mem_est = b->frame_bytes;
     /* The frame must carry the id it is stored under (a padding copy: the
      * id it copies). */
     int padding = 0;
@@ -355,6 +374,7 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
     sl->b = b;
     memcpy(sl->rid, it->rid, sizeof sl->rid);
     c->fifo_len++;   /* room: an operation never asks for more than the free slots */
+    c->fifo_bytes += b->frame_bytes;
     int signal = c->top->waiting && !c->notify_armed;
     mu_unlock(c);
     if (signal) {

@@ -54,6 +54,22 @@ void loop_arm(struct event *ev, int64_t ms)
     evtimer_add(ev, &tv);
 }
 
+/* How many batches the next take may ask for: the free slots, cut to
+ * what fits in the window's free bytes at the size of the last batch
+ * (its frame decompressed)
+ * (*cut says whether the window cut it). One batch always fits when the
+ * FIFO is empty, however big. mu is held. */
+static int window_room(sluice_consumer *c, int *cut)
+{
+    int room = c->prefetch - c->fifo_len;
+    size_t est = c->mem_est ? c->mem_est : FRAME_GUESS;
+    size_t fit = c->fifo_bytes < c->win ? (c->win - c->fifo_bytes) / est : 0;
+    if (fit == 0 && c->fifo_len == 0)
+        fit = 1;
+    *cut = fit < (size_t)room;
+    return *cut ? (int)fit : room;
+}
+
 /* Decides the next step after anything happened: sends released acks,
  * starts the next epoch when asked to, and starts a data operation when
  * none runs and the FIFO has room. Returns whether the loop is now parked
@@ -74,7 +90,8 @@ static int pump_once(sluice_consumer *c)
     c->advance_req = 0;
     uint32_t ep = c->epoch;
     int closing = c->closing, finished = c->finished, fatal = c->fatal != SLUICE_OK;
-    int room = c->prefetch - c->fifo_len;
+    int cut;
+    int room = window_room(c, &cut);
     if (room <= 0)
         c->want_room = 1;
     int want_lease = c->want_lease, hand_broken = c->hand_broken;
@@ -124,8 +141,10 @@ static int pump_once(sluice_consumer *c)
                 ;   /* on_oom_timer pumps again */
             else if (c->list_empty && fetch_blmove_safe(c))
                 fetch_blmove(c);
-            else
+            else {
+                c->take_cut = cut;
                 fetch_take(c, room);
+            }
         }
     }
     if (gen != c->gen)

@@ -301,9 +301,16 @@ void session_start(sluice_consumer *c)
      * known node is tried instead. */
     if (c->resolve && !c->close_deadline_ms && resolve_node(c) != 0)
         return;
-    /* The data connection brings up to prefetch frames in one MGET. */
+    /* The data connection brings frames in MGETs of about FETCH_BYTES
+     * (estimated from the last frame): a reply may hold the window's
+     * worth, or four frames of the largest size, whichever is more. */
     size_t max_string, max_reply;
-    sluicei_reply_limits_for(c->max_batch_bytes, (size_t)c->prefetch, &max_string, &max_reply);
+    size_t frames = c->win_max / (c->max_batch_bytes ? c->max_batch_bytes : 1);
+    if (frames < 4)
+        frames = 4;
+    if (frames > (size_t)c->prefetch)
+        frames = (size_t)c->prefetch;
+    sluicei_reply_limits_for(c->max_batch_bytes, frames, &max_string, &max_reply);
     for (int i = 0; i < NCONN; i++) {
         sluicei_tls_pending *tunnel = NULL;
         if (c->url.tls && tls_tunnel(c, &tunnel) != 0)

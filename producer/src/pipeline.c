@@ -253,6 +253,7 @@ static void count_stored(sluice_producer *p, const slot *s)
     p->st.batches++;
     p->st.records += s->nrecords;
     p->st.bytes += s->frame.len;
+    p->st.raw_bytes += s->raw_len;
 }
 
 /* What an error refusing a whole group means: Redis at maxmemory (OOM, a
@@ -477,6 +478,15 @@ static sluice_err read_ready(sluice_producer *p)
 static void pop_done(sluice_producer *p)
 {
     while (p->used > 0 && producer_slot_at(p, 0)->state == SLOT_DONE) {
+        slot *s = producer_slot_at(p, 0);
+        p->used_bytes -= s->frame.len;
+        if (p->win && p->buf_held > WINDOW_MAX) {
+            /* A window's worth of buffers is reused; more is let go. */
+            p->buf_held -= s->cap_seen;
+            free(s->frame.data);
+            s->frame = (sluicei_buf){0};
+            s->cap_seen = 0;
+        }
         p->head = (p->head + 1) % p->nslots;
         p->used--;
     }
@@ -505,7 +515,7 @@ static void abandon(sluice_producer *p)
         dropped += producer_slot_at(p, i)->state != SLOT_DONE;
     dropped -= failed;
     p->head = p->used = p->nsent = p->nrefused = p->nopen = 0;
-    p->open_bytes = 0;
+    p->open_bytes = p->used_bytes = 0;
     p->gid_read = p->gid_next;
     p->rstep = 0;
     p->qerr[0] = '\0';
@@ -541,8 +551,33 @@ sluice_err pipe_settle(sluice_producer *p, int keep)
     return SLUICE_OK;
 }
 
-/* Takes the next free slot and numbers it; settles first when the ring is
- * full. */
+/* The window is full (max_inflight 0): the answers already in make room,
+ * or else it doubles (the link's round trip is longer than sending the
+ * window takes); at WINDOW_MAX it waits for answers. */
+static sluice_err window_wait(sluice_producer *p)
+{
+    sluice_err e = send_open(p);
+    if (e == SLUICE_OK)
+        e = read_ready(p);
+    if (e != SLUICE_OK) {
+        abandon(p);
+        return e;
+    }
+    if (p->nrefused == 0)
+        pop_done(p);
+    if (p->used_bytes < p->win)
+        return SLUICE_OK;
+    if (p->win < WINDOW_MAX) {
+        p->win *= 2;
+        return SLUICE_OK;
+    }
+    while (e == SLUICE_OK && p->used > 0 && p->used_bytes >= p->win)
+        e = pipe_settle(p, p->nsent - 1);
+    return e;
+}
+
+/* Takes the next free slot and numbers it; settles first when the ring or
+ * the window is full. */
 sluice_err pipe_next_slot(sluice_producer *p, slot **out)
 {
     if (p->next_seq > SLUICEI_MAX_SEQ) {
@@ -560,6 +595,11 @@ sluice_err pipe_next_slot(sluice_producer *p, slot **out)
     }
     if (p->used == p->nslots) {
         sluice_err e = pipe_settle(p, p->nslots - 1);
+        if (e != SLUICE_OK)
+            return e;
+    }
+    if (p->win && p->used > 0 && p->used_bytes >= p->win) {
+        sluice_err e = window_wait(p);
         if (e != SLUICE_OK)
             return e;
     }
@@ -590,6 +630,9 @@ sluice_err pipe_launch(sluice_producer *p, slot *s, uint64_t nrecords)
     }
     s->nrecords = nrecords;
     s->state = SLOT_OPEN;
+    p->buf_held += s->frame.cap - s->cap_seen;
+    s->cap_seen = s->frame.cap;
+    p->used_bytes += s->frame.len;
     p->used++;
     p->nopen++;
     p->open_bytes += s->frame.len;

@@ -52,7 +52,8 @@ sluice_err producer_new(sluice_producer **out, const sluice_producer_opts *o,
     sluice_producer *p = calloc(1, sizeof *p);
     if (!p)
         return SLUICE_ERR_NOMEM;
-    p->nslots = o->max_inflight > 0 ? o->max_inflight : INFLIGHT_DEFAULT;
+    p->nslots = o->max_inflight > 0 ? o->max_inflight : INFLIGHT_MAX;
+    p->win = o->max_inflight > 0 ? 0 : WINDOW_START;
     p->ring = calloc((size_t)p->nslots, sizeof *p->ring);
     if (!p->ring) {
         free(p);
@@ -83,17 +84,27 @@ sluice_err producer_new(sluice_producer **out, const sluice_producer_opts *o,
 }
 
 /* Whether queue q exists on p's connection (SLUICE_OK and *exists, with
- * its frame limit read into p), or the error (err says why). */
+ * its frame limit and compression read into p), or the error (err says
+ * why; a compression this library does not know is SLUICE_ERR_INVALID). */
 sluice_err producer_queue_exists(sluice_producer *p, int *exists, char *err, size_t errlen)
 {
     redisReply *r = NULL;
-    sluice_err e = sluicei_conn_command(p->conn, &r, "HMGET %s version max_frame", p->meta_key);
-    if (e == SLUICE_OK && r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+    sluice_err e = sluicei_conn_command(p->conn, &r, "HMGET %s version max_frame compress",
+                                        p->meta_key);
+    if (e == SLUICE_OK && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
         *exists = r->element[0]->type == REDIS_REPLY_STRING;
         uint64_t v;
         if (r->element[1]->type == REDIS_REPLY_STRING &&
             sluicei_parse_u64(r->element[1]->str, r->element[1]->len, UINT64_MAX, &v) == 0)
             p->max_frame = v;
+        const redisReply *z = r->element[2];
+        char why[256];
+        if (z->type == REDIS_REPLY_STRING &&
+            sluicei_zsetting_parse(z->str, z->len, &p->zenc.set, why, sizeof why) != SLUICE_OK) {
+            snprintf(err, errlen, "queue '%s': meta field compress: %s; this library cannot "
+                     "compress that way (a newer sluice made the queue?)", p->queue, why);
+            e = SLUICE_ERR_INVALID;
+        }
     } else if (e == SLUICE_OK) {
         snprintf(err, errlen, "HMGET %s: unexpected reply", p->meta_key);
         e = SLUICE_ERR_PROTOCOL;
@@ -276,7 +287,11 @@ static sluice_err push_batch(sluice_producer *p, const sluice_record *recs, size
                 s->idstr, s->frame.len, p->queue, p->max_frame);
             e = SLUICE_ERR_TOOBIG;
         } else {
-            e = pipe_launch(p, s, tensors ? rows : n);
+            /* max_frame is the uncompressed size: a queue's limits mean
+             * the same with or without compression. */
+            s->raw_len = s->frame.len;
+            e = sluicei_zframe_compress(&p->zenc, &s->frame);
+            e = e != SLUICE_OK ? encode_failed(p, s, e) : pipe_launch(p, s, tensors ? rows : n);
         }
     }
     p->may_spill = 0;
@@ -387,6 +402,7 @@ static void close_free(sluice_producer *p)
     for (int i = 0; i < p->nslots; i++)
         sluicei_buf_free(&p->ring[i].frame);
     sluicei_req_free(&p->req);
+    sluicei_zenc_free(&p->zenc);
     free(p->ring);
     free(p);
 }
@@ -415,6 +431,7 @@ void sluice_producer_stats_get(const sluice_producer *p, sluice_producer_stats *
         st->batches += c->batches;
         st->records += c->records;
         st->bytes += c->bytes;
+        st->raw_bytes += c->raw_bytes;
         st->duplicates += c->duplicates;
         st->full_waits += c->full_waits;
         st->blocked_us += c->blocked_us;

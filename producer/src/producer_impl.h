@@ -33,14 +33,22 @@
 #include "retry.h"
 #include "taskdef.h"
 #include "wire.h"
+#include "zframe.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-#define INFLIGHT_DEFAULT 4
 #define INFLIGHT_MAX 1024
+/* max_inflight 0: a ring of INFLIGHT_MAX slots, whose frames in flight are
+ * held to a window of bytes. It starts at WINDOW_START and doubles, up to
+ * WINDOW_MAX, whenever a push finds it full and no reply in yet: the
+ * replies take longer than sending the window does, so it grows to the
+ * bandwidth-delay product of the link, whatever the round-trip time.
+ * Slot buffers beyond WINDOW_MAX in all are freed as they come free. */
+#define WINDOW_START ((size_t)1 << 20)
+#define WINDOW_MAX ((size_t)32 << 20)
 /* Batches and frame bytes per MULTI (see "Groups" in pipeline.c). */
 #define GROUP_MAX 64
 #define GROUP_BYTES ((size_t)1 << 20)
@@ -93,6 +101,7 @@ enum slot_state {
 
 typedef struct slot {
     sluicei_buf frame;                 /* owned; reused by later batches */
+    size_t raw_len;                    /* the frame's length before compression */
     sluice_batch_id id;
     char idstr[SLUICE_MAX_BATCH_ID];
     uint64_t nrecords;
@@ -100,6 +109,7 @@ typedef struct slot {
     enum slot_state state;
     int resent;                        /* sent again after a lost connection */
     int losses;                        /* connections lost awaiting its reply */
+    size_t cap_seen;                   /* frame.cap as counted in buf_held */
 } slot;
 
 struct sluice_producer {
@@ -115,6 +125,7 @@ struct sluice_producer {
     void (*log)(void *arg, const char *msg);   /* opts.log */
     void *log_arg;
     uint64_t max_frame;                /* the queue's frame limit (meta max_frame) */
+    sluicei_zenc zenc;                 /* the queue's compression (meta compress) */
 
     uint32_t epoch;
     uint64_t task;
@@ -125,6 +136,9 @@ struct sluice_producer {
     int gmax;                          /* batches per group */
     int head;                          /* oldest slot in use */
     int used;                          /* slots in use, from head */
+    size_t used_bytes;                 /* their frame bytes */
+    size_t win;                        /* the window of used_bytes (max_inflight 0), or 0 */
+    size_t buf_held;                   /* capacity of the slots' buffers */
     int nopen;                         /* of those, the newest nopen are OPEN */
     size_t open_bytes;                 /* their frame bytes */
     int nsent;                         /* slots SENT */

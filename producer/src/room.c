@@ -64,7 +64,7 @@ static sluice_err spill(sluice_producer *p)
     if (resume > p->lost_from)
         resume = p->lost_from;   /* given up after an error: not stored either */
     p->head = p->used = p->nsent = p->nrefused = p->nopen = 0;
-    p->open_bytes = 0;
+    p->open_bytes = p->used_bytes = 0;
     p->gid_read = p->gid_next;
     p->rstep = 0;
     p->qerr[0] = '\0';

@@ -308,9 +308,13 @@ class Consumer:
              max_batch_bytes=None, at_most_once=False, timeout_ms=None,
              consumer_id=None, connect_timeout_ms=None,
              reconnect_timeout_ms=None, auto_release=True,
-             accept_partial=False, checkpoints=None, resume=None)
+             accept_partial=False, checkpoints=None, resume=None,
+             prefetch_bytes=None)
 
     rank/world: this consumer's rank of `world` on a coordinated queue.
+    prefetch/prefetch_bytes: at most this many batches and about this many
+    bytes held ahead (None: 1024 batches and a window that grows to what
+    the link's round trips need, up to 64 MiB).
     at_most_once: batches are removed as they are taken (no ack, lost if
     the process dies). timeout_ms: how long iteration waits for a batch
     before raising sluice.Timeout (None: forever). auto_release: iteration
@@ -333,7 +337,7 @@ class Consumer:
     def __init__(self, url, queue, rank=None, world=None, prefetch=None, max_batch_bytes=None,
                  at_most_once=False, timeout_ms=None, consumer_id=None, connect_timeout_ms=None,
                  reconnect_timeout_ms=None, auto_release=True, accept_partial=False,
-                 checkpoints=None, resume=None):
+                 checkpoints=None, resume=None, prefetch_bytes=None):
         self._core = None
         if (rank is None) != (world is None):
             raise ValueError("rank and world go together (rank %r of world %r)" % (rank, world))
@@ -349,6 +353,7 @@ class Consumer:
         o.queue = _lib.cstr(queue, "queue")
         o.max_batch_bytes = max_batch_bytes or 0
         o.prefetch = prefetch or 0
+        o.prefetch_bytes = prefetch_bytes or 0
         o.connect_timeout_ms = connect_timeout_ms or 0
         o.reconnect_timeout_ms = reconnect_timeout_ms or 0
         o.consumer_id = _lib.cstr(consumer_id, "consumer_id")

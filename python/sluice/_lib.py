@@ -124,7 +124,8 @@ class ConsumerOpts(ctypes.Structure):
                 ("connect_timeout_ms", ctypes.c_int), ("reconnect_timeout_ms", ctypes.c_int),
                 ("consumer_id", ctypes.c_char_p), ("world", ctypes.c_int), ("rank", ctypes.c_int),
                 ("ack_mode", ctypes.c_int), ("accept_partial", ctypes.c_int),
-                ("checkpoint_keep", ctypes.c_int), ("resume", ctypes.c_char_p)]
+                ("checkpoint_keep", ctypes.c_int), ("resume", ctypes.c_char_p),
+                ("prefetch_bytes", ctypes.c_size_t)]
 
 
 class EpochReport(ctypes.Structure):
@@ -154,7 +155,7 @@ class ProducerOpts(ctypes.Structure):
 
 
 PRODUCER_STATS = ("batches", "records", "bytes", "duplicates", "full_waits", "blocked_us",
-                  "reconnects", "tasks_done", "tasks_failed")
+                  "reconnects", "tasks_done", "tasks_failed", "raw_bytes")
 
 
 class ProducerStats(ctypes.Structure):

@@ -168,7 +168,8 @@ class Producer:
 
     def stats(self):
         """sluice_producer_stats as a dict (batches, records, bytes, duplicates,
-        full_waits, blocked_us, reconnects, tasks_done, tasks_failed)."""
+        full_waits, blocked_us, reconnects, tasks_done, tasks_failed,
+        raw_bytes)."""
         st = _lib.ProducerStats()
         with self._lock:
             lib.sluice_producer_stats_get(self._handle(), ctypes.byref(st))

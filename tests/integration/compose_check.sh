@@ -306,11 +306,12 @@ for bad in ['build-essential', '-dev ', 'gcc', 'make ']:
         errors.append('the final stage installs or runs %r' % bad.strip())
 build = ' '.join(stages[0][1]) if stages else ''
 for need in ['make', 'install PREFIX=/usr/local DESTDIR=/out', 'libhiredis-dev', 'libevent-dev',
-             'libmsgpack-dev', 'zlib1g-dev', 'libssl-dev', 'pkg-config', 'build-essential']:
+             'libmsgpack-dev', 'zlib1g-dev', 'libssl-dev', 'liblz4-dev', 'libzstd-dev',
+             'pkg-config', 'build-essential']:
     if need not in build:
         errors.append('the build stage lacks %r' % need)
 for need in ['libhiredis0.14', 'libevent-2.1-7', 'libevent-pthreads-2.1-7', 'libmsgpackc2', 'zlib1g',
-             'libssl3', 'ca-certificates']:
+             'liblz4-1', 'libzstd1', 'libssl3', 'ca-certificates']:
     if need not in runtime:
         errors.append('the final stage lacks the runtime library %s' % need)
 if 'COPY --from=' not in runtime:

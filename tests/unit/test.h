@@ -43,5 +43,6 @@ extern const struct test room_tests[];
 extern const struct test abi_tests[];
 extern const struct test reply_tests[];
 extern const struct test metrics_tests[];
+extern const struct test zframe_tests[];
 
 #endif

@@ -76,7 +76,7 @@ SLUICE_EXPORT sluice_batch_id sluice_batch_get_id(const sluice_batch *b);
 SLUICE_EXPORT const char *sluice_batch_producer(const sluice_batch *b);
 /* Creation time set by the producer, microseconds since the Unix epoch. */
 SLUICE_EXPORT uint64_t sluice_batch_created_us(const sluice_batch *b);
-/* Size of the whole frame in bytes. */
+/* Size of the whole frame in bytes (uncompressed). */
 SLUICE_EXPORT size_t sluice_batch_frame_bytes(const sluice_batch *b);
 /* Number of records (for a tensor batch: the leading dimension). */
 SLUICE_EXPORT size_t sluice_batch_num_records(const sluice_batch *b);
@@ -101,10 +101,12 @@ SLUICE_EXPORT uint32_t sluice_batch_deliveries(const sluice_batch *b);
 SLUICE_EXPORT int sluice_batch_is_padding(const sluice_batch *b);
 
 /* Decodes one frame as producers write it (docs/PROTOCOL.md, "Wire
- * format") into *out, checking it whole: a frame over max_bytes,
- * truncated, or not of the format is SLUICE_ERR_PROTOCOL, and *out is
- * NULL. The batch copies nothing: its records and tensors point into p,
- * which must outlive it. Free it with sluice_batch_free(). */
+ * format"), compressed or not, into *out, checking it whole: a frame over
+ * max_bytes (a compressed one: or holding more than max_bytes), truncated,
+ * or not of the format is SLUICE_ERR_PROTOCOL (or SLUICE_ERR_TOOBIG), and
+ * *out is NULL. The batch copies nothing: its records and tensors point
+ * into p, which must outlive it (those of a compressed frame point into
+ * the batch's own decompressed copy). Free it with sluice_batch_free(). */
 SLUICE_EXPORT sluice_err sluice_wire_decode(const void *p, size_t len, size_t max_bytes,
                                             sluice_batch **out);
 

@@ -44,13 +44,14 @@
  * it); a holder that died is waited for until its lease runs out.
  *
  * Prefetch: each consumer runs a background thread with its own event loop
- * and two Redis connections. It keeps up to `prefetch` decoded batches
- * ready, so next() returns in about a microsecond when the pipeline keeps
- * up; it heartbeats the lease (every lease_ms/3, with the counters of
+ * and its Redis connections. It keeps batches ready ahead of next(), up
+ * to `prefetch` batches and a window of bytes that grows to what the
+ * link's round-trip time needs (prefetch_bytes), so next() returns in
+ * about a microsecond when the pipeline keeps up; it heartbeats the lease (every lease_ms/3, with the counters of
  * sluice_consumer_stats, which `sluice-ctl` shows), reaps the batches of
  * dead consumers (every lease_ms/2), and reconnects with backoff after a
- * lost connection. Memory: at most prefetch batches ahead, plus those the
- * caller holds; a batch's records point into the frame received from Redis
+ * lost connection. Memory: at most prefetch batches and about
+ * prefetch_bytes ahead, plus those the caller holds; a batch's records point into the frame received from Redis
  * (no copy).
  *
  * Partitioned queues (sluice-ctl create Q --partitions P): the consumer of
@@ -60,7 +61,7 @@
  * partition first (a coordinated rank's: rank mod P; a free consumer's:
  * a hash of its id mod P) and from the others in turn when it has nothing
  * ready. Each partition prefetches on its own: memory is bounded by
- * P x prefetch batches ahead. Stats are the sums over the partitions;
+ * P x prefetch batches and prefetch_bytes in all ahead. Stats are the sums over the partitions;
  * blocked_us is the time next() waited and epochs_ended counts the queue's
  * epochs, each once.
  *
@@ -118,7 +119,8 @@ typedef struct sluice_consumer_opts {
     size_t max_batch_bytes;   /* 0: the queue's frame limit (sluice-ctl create
                                  --max-frame-bytes), which no producer exceeds; a value
                                  below it is refused by open() */
-    int prefetch;             /* decoded batches held ready ahead of next(); 0: 4 */
+    int prefetch;             /* at most this many batches held ahead of next() (decoded, or
+                                 on their way); 0: 1024 (see prefetch_bytes) */
     int connect_timeout_ms;   /* 0: SLUICE_CONNECT_TIMEOUT_MS_DEFAULT */
     int reconnect_timeout_ms; /* give up a lost connection after this long; 0: wait forever */
     const char *consumer_id;  /* NULL: a random id */
@@ -134,6 +136,13 @@ typedef struct sluice_consumer_opts {
                                  SLUICE_CHECKPOINT_KEEP_DEFAULT) */
     const char *resume;       /* NULL, or a token of sluice_consumer_checkpoint(): the consumer
                                  resumes from that checkpoint (see below) */
+    size_t prefetch_bytes;    /* at most about this many frame bytes held ahead of next();
+                                 0: 64 MiB. The window starts at 1 MiB and doubles whenever
+                                 next() waited for a take it had cut short, so it grows to
+                                 the bandwidth-delay product of the link and no further; a
+                                 partitioned queue's partitions share it (at least 4 MiB
+                                 each when 0). A take is sized by the last batch's size: a
+                                 batch far larger than those before may exceed it once. */
 } sluice_consumer_opts;
 
 #define SLUICE_CHECKPOINT_KEEP_DEFAULT 2

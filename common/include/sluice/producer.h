@@ -13,6 +13,13 @@
  * polling, until a consumer acknowledges a batch (or stop is raised). A
  * Redis out-of-memory refusal is treated the same way. Nothing is dropped.
  *
+ * Compression: on a queue created with compression (sluice-ctl create
+ * --compress lz4|zstd[:LEVEL]; meta field compress, read at open) every
+ * frame is compressed, and stored compressed only when that is smaller.
+ * The queue's frame limit applies to the frame before compression, so a
+ * batch fits the same queue with or without it. A setting this library
+ * does not know makes open() fail with SLUICE_ERR_INVALID.
+ *
  * Batch ids: every batch gets (epoch, task, seq). The producer uses the
  * epoch and task set with sluice_producer_set_task() (by default epoch 0 and
  * a random task number of this producer) and numbers batches 0, 1, 2...
@@ -49,7 +56,11 @@ typedef struct sluice_producer_opts {
                                    "redis+cluster://host:port,..." */
     const char *queue;          /* an existing queue */
     const char *producer_id;    /* NULL: "<hostname>-<pid>-<random>" (at most 64 bytes) */
-    int max_inflight;           /* pushes pipelined before waiting for replies; 0: 4 */
+    int max_inflight;           /* pushes pipelined before waiting for replies; 0: up to
+                                   1024, their frames held to a window of bytes that
+                                   starts at 1 MiB and doubles, up to 32 MiB, whenever
+                                   the replies are slower than sending it: so it covers
+                                   the round-trip time of the link */
     int connect_timeout_ms;     /* 0: SLUICE_CONNECT_TIMEOUT_MS_DEFAULT */
     int reconnect_timeout_ms;   /* give up a lost connection after this long; 0: forever */
     volatile int *stop;         /* optional: when *stop != 0, waits end with SLUICE_ERR_IO */
@@ -195,13 +206,14 @@ SLUICE_EXPORT sluice_err sluice_producer_task_release(sluice_producer *p, sluice
 typedef struct sluice_producer_stats {
     uint64_t batches;         /* stored in Redis */
     uint64_t records;
-    uint64_t bytes;           /* frame bytes stored */
+    uint64_t bytes;           /* frame bytes stored (compressed, on a queue with compression) */
     uint64_t duplicates;      /* pushes dropped by Redis as already present */
     uint64_t full_waits;      /* times a push waited for room */
     uint64_t blocked_us;      /* time spent waiting for room */
     uint64_t reconnects;
     uint64_t tasks_done;
     uint64_t tasks_failed;
+    uint64_t raw_bytes;       /* the same frames before compression (= bytes without it) */
 } sluice_producer_stats;
 
 /* The counters since open; a partitioned queue: summed over its partitions. */
