@@ -44,9 +44,12 @@ PARAMS = {
 }
 COUNT_KEYS = ("count", "peer_count", "strong_count", "limit_count", "limit_count_p1",
               "lat_count", "delay_count", "compress_count", "hold_count")
-# The consumer's prefetch when none is passed (consumer.h: "0: 4"); only
-# the consumer RSS target uses it, for rows run with the library's default.
-LIBRARY_PREFETCH_DEFAULT = 4
+# What a consumer holds ahead of next() at most (consumer.h): prefetch
+# batches (0: 1024) and about prefetch_bytes of frames (0: 64 MiB; one
+# batch far larger than those before may pass it once). Only the consumer
+# RSS target uses them.
+LIBRARY_PREFETCH_DEFAULT = 1024
+LIBRARY_PREFETCH_BYTES = 64 * MIB
 
 BUDGET_BYTES = 64 * MIB      # queue byte budget (sluice) = list budget (peers)
 BUDGET_BATCHES_MAX = 1024

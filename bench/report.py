@@ -10,9 +10,9 @@ import platform
 import subprocess
 
 from params import (KIB, MIB, PARAMS, BUDGET_BYTES, BUDGET_BATCHES_MAX,
-                    LIBRARY_PREFETCH_DEFAULT, STRONG_PEER_ENV, PARTITIONS_PER_MASTER,
-                    CLUSTER_TOPO, CHUNK_MIN, CHUNK_ROUNDS, CODECS, FMNIST_FILE, human,
-                    budget_batches, median_run, fmt)
+                    LIBRARY_PREFETCH_DEFAULT, LIBRARY_PREFETCH_BYTES, STRONG_PEER_ENV,
+                    PARTITIONS_PER_MASTER, CLUSTER_TOPO, CHUNK_MIN, CHUNK_ROUNDS, CODECS,
+                    FMNIST_FILE, human, budget_batches, median_run, fmt)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def splice_section(path, section, heading):
@@ -470,8 +470,10 @@ def targets(sizes, med, lat, extra):
                      and len(k) == 3), key=lambda v: v["crss"], default=None)
         pf = worst and (LIBRARY_PREFETCH_DEFAULT if worst["prefetch"] is None
                         else worst["prefetch"])
-        lim = worst and pf * worst["frame"] / MIB + 16
-        line("%s: consumer RSS <= prefetch x batch + 16 MiB" % human(s),
+        ahead = worst and min(pf * worst["frame"], LIBRARY_PREFETCH_BYTES + worst["frame"])
+        lim = worst and ahead / MIB + 16
+        line("%s: consumer RSS <= what it may hold ahead (min(prefetch x frame, %d MiB + "
+             "frame)) + 16 MiB" % (human(s), LIBRARY_PREFETCH_BYTES // MIB),
              worst and "%.1f MiB (limit %.1f%s)" % (worst["crss"], lim, ", prefetch: library "
                                                     "default %d" % pf
                                                     if worst["prefetch"] is None else ""),
