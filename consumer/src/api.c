@@ -19,7 +19,8 @@ static uint64_t mono_us(void)
 }
 
 /* Moves the head of the FIFO to the caller; mu is held. Sets *wake when
- * the loop waits for room: once the FIFO is down to its low-water mark, so
+ * the loop waits for room: once the FIFO is down to its low-water mark
+ * (about half its slots, and half the window of bytes), so
  * that one refill fetches several batches and most calls make no system
  * call at all. */
 static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
@@ -39,7 +40,7 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
         c->st.redelivered++;
     if (d->padding)
         c->st.padding++;
-    if (c->want_room && (c->fifo_len <= c->low_water || c->fifo_bytes <= c->win / 2)) {
+    if (c->want_room && c->fifo_len <= c->low_water && c->fifo_bytes <= c->win / 2) {
         c->want_room = 0;
         *wake = loop_wake_needed(c);
     }
