@@ -90,17 +90,44 @@ typedef struct glue {
     redisAsyncContext *ac;
     sluicei_reply_guard *guard;
     struct event *rev, *wev;
+    char *rbuf;                /* GLUE_READ bytes, once a read filled the first 16 KiB */
 } glue;
+
+/* hiredis reads 16 KiB per readable event, so a reply of 1 MiB of frames
+ * took 64 wake-ups and reads. Before hiredis reads, what the socket holds
+ * goes to the reader in reads of up to GLUE_READ; hiredis's own read then
+ * finds the rest, or nothing (EAGAIN), or the end of the connection. The
+ * reader keeps a buffer of up to GLUE_KEEP between replies instead of
+ * growing one anew for each. */
+#define GLUE_READ ((size_t)256 << 10)
+#define GLUE_KEEP ((size_t)4 << 20)
+
+static void glue_prefill(glue *e, evutil_socket_t fd)
+{
+    char small[16384];
+    ssize_t n = recv(fd, small, sizeof small, MSG_DONTWAIT);
+    if (n <= 0 || redisReaderFeed(e->ac->c.reader, small, (size_t)n) != REDIS_OK ||
+        (size_t)n < sizeof small)
+        return;
+    if (!e->rbuf && !(e->rbuf = malloc(GLUE_READ)))
+        return;
+    n = recv(fd, e->rbuf, GLUE_READ, MSG_DONTWAIT);
+    if (n > 0)
+        redisReaderFeed(e->ac->c.reader, e->rbuf, (size_t)n);
+}
 
 static void glue_read(evutil_socket_t fd, short what, void *arg)
 {
     glue *e = arg;
     redisAsyncContext *ac = e->ac;
-    (void)fd;
     (void)what;
-    /* With the error set, hiredis reads nothing and drops the connection. */
+    /* With the error set, hiredis reads nothing and drops the connection.
+     * The guard looks before every read: a read adds at most GLUE_READ +
+     * 16 KiB (twice, with hiredis's own) to what it saw. */
     if ((ac->c.flags & REDIS_CONNECTED) && sluicei_reply_guard_check(e->guard, &ac->c) != 0)
         sluicei_reply_guard_fail(e->guard, &ac->c);
+    else if ((ac->c.flags & REDIS_CONNECTED) && !ac->c.err)
+        glue_prefill(e, fd);
     redisAsyncHandleRead(ac);
 }
 
@@ -140,6 +167,7 @@ static void glue_cleanup(void *arg)
         event_free(e->rev);
     if (e->wev)
         event_free(e->wev);
+    free(e->rbuf);
     free(e);
 }
 
@@ -159,6 +187,7 @@ static int glue_attach(redisAsyncContext *ac, struct event_base *base, sluicei_r
         return REDIS_ERR;
     }
     sluicei_reply_guard_attach_async(g, ac);
+    ac->c.reader->maxbuf = GLUE_KEEP;
     ac->ev.addRead = glue_add_read;
     ac->ev.delRead = glue_del_read;
     ac->ev.addWrite = glue_add_write;
