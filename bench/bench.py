@@ -25,7 +25,7 @@ import time
 
 import report
 from params import (KIB, SIZES, PARAMS, COUNT_KEYS, BUDGET_BYTES, LIMIT_SETTINGS,
-                    LIMIT_OVERSHOOT, STRONG_PEER_ENV, DELAYS_US, DELAY_RUN_MS, COMPRESS_SIZES,
+                    LIMIT_OVERSHOOT, STRONG_PEER_ENV, DELAYS_US, LOOPBACK, DELAY_RUN_MS, COMPRESS_SIZES,
                     CODECS, PARTITIONS_PER_MASTER, CLUSTER_TOPO, CHUNK_MIN, CHUNK_ROUNDS,
                     human, budget_batches, opt, fmnist_payload)
 
@@ -603,9 +603,9 @@ def main():
         delays = [int(x) for x in a.delays.split(",")]
     except ValueError:
         delays = [-1]
-    if any(d <= 0 or d > 1000000 for d in delays):
-        ap.error("--delays %r: one-way delays in µs, each 1..1000000 (loopback is always "
-                 "measured)" % a.delays)
+    if any(d < 0 or d > 1000000 for d in delays) or len(set(delays)) != len(delays):
+        ap.error("--delays %r: distinct one-way delays in µs, each 0..1000000 (0: through the "
+                 "proxy without delay; loopback is always measured)" % a.delays)
     main_part = not only
     msizes = sizes if main_part else []
     csizes = (size_list(a.cluster_sizes or a.sizes, "--cluster-sizes")
@@ -655,7 +655,7 @@ def main():
             delay_skip = "%s/delay-proxy is not built (make %s/delay-proxy)" % (a.build, a.build)
         else:
             try:
-                rtt[0] = Bench.ping_ms(a.port)
+                rtt[LOOPBACK] = Bench.ping_ms(a.port)
                 for d in delays:
                     proxies[d] = b.proxy_start(d)
                     rtt[d] = Bench.ping_ms(proxies[d][1])
@@ -693,10 +693,10 @@ def main():
                 if size in dsizes and proxies:
                     # Loopback and each delay in turns, starting elsewhere
                     # every repetition.
-                    order = [0] + delays
+                    order = [LOOPBACK] + delays
                     k = rep % len(order)
                     for d in order[k:] + order[:k]:
-                        port = proxies[d][1] if d else None
+                        port = proxies[d][1] if d != LOOPBACK else None
                         for system in ("sluice acks", "peer", "strong peer"):
                             add((size, "delay", system, d),
                                 attempt("%s 1x1 at %d µs" % (system, d), b.delayed, size, system,

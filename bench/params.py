@@ -76,7 +76,10 @@ PARTITIONS_PER_MASTER = 2
 CLUSTER_TOPO = (2, 2)
 CHUNK_MIN = 16
 CHUNK_ROUNDS = 4
-DELAYS_US = [250, 1000]      # one-way delays of the network latency section
+# One-way delays of the network latency section, µs; 0 = through the proxy
+# without delay (what the proxy's own copying costs on the shared cores).
+DELAYS_US = [0, 250, 1000]
+LOOPBACK = -1                # its key for the runs straight to the server
 DELAY_RUN_MS = 500           # how long a producer pushes there (--quick: a quarter)
 COMPRESS_SIZES = [KIB, 64 * KIB, MIB]
 CODECS = ["none", "lz4", "zstd"]
