@@ -453,12 +453,13 @@ static int holds(sluice_producer *p, const sluice_task *t, const char *what)
 
 /* The resume point of the task held, for handing it back: the first of
  * its batches not known to be stored (where it was spilled; or, when every
- * push was answered (ok), the next batch, unless some were given up after
- * an error), at least the point it was claimed with. 0: none known. */
+ * push was answered (ok), the next batch; or the first batch given up
+ * after an error, which is all that is known when not ok), at least the
+ * point it was claimed with. 0: none known. */
 static uint64_t resume_point(const sluice_producer *p, int ok)
 {
     uint64_t r = p->spilled ? p->spill_resume : ok ? p->next_seq : 0;
-    if (r > p->lost_from)
+    if (r > p->lost_from || (!ok && !p->spilled && p->lost_from != UINT64_MAX))
         r = p->lost_from;
     return r > p->resume ? r : p->resume;
 }

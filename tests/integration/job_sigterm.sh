@@ -22,7 +22,11 @@ want_sum=$(hexsum "${sums[@]}")
 
 ctl create "$q" --max-batches 4 --max-bytes 64M >/dev/null
 ctl submit "$q" --manifest "$T/m.manifest" --epochs 1 --batch-size 10 >/dev/null || fail "submit failed"
-bg "$T/a.out" "$T/a.err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --id A
+# A window of 4 pushes keeps A in the middle of its task when the queue
+# is full (the default window would take the whole task's 15 batches and
+# wait at its end: D's case below).
+bg "$T/a.out" "$T/a.err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --id A \
+    --inflight 4
 a=$BG_PID
 wait_for 10 owner_is "$q" 0:0 A || fail "A did not claim task 0:0: $(cat "$T/a.err")"
 wait_for 10 held_is "$q" 4 || fail "A did not fill the queue"
