@@ -12,32 +12,15 @@ timeout, --idle-ms or --start-ms): up to 16 batches per round trip, oldest
 first, as the producer RPUSHes them.
 """
 import argparse
-import resource
 import signal
 import sys
 import time
 
 import msgpack
-import redis
-import redis.connection
-import redis.utils
+
+from peer_common import connect, cpu_us, peak_rss_kb
 
 COUNT = 16   # batches per BLMPOP of the strong peer
-
-
-def peak_rss_kb():
-    """VmHWM of this process (ru_maxrss would include the parent's size:
-    Linux keeps it across execve)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
-
-
-def cpu_us():
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return int((ru.ru_utime + ru.ru_stime) * 1e6)
 
 
 def main():
@@ -53,13 +36,7 @@ def main():
 
     done = []
     signal.signal(signal.SIGUSR1, lambda *_: done.append(1))
-    if a.strong:
-        r = redis.Redis(host="127.0.0.1", port=a.port)
-        hiredis = redis.utils.HIREDIS_AVAILABLE
-    else:
-        r = redis.Redis(connection_pool=redis.ConnectionPool(
-            host="127.0.0.1", port=a.port, parser_class=redis.connection.PythonParser))
-        hiredis = False
+    r, hiredis = connect(a.port, a.strong)
     r.ping()
     print("ready", flush=True)
     c0 = cpu_us()

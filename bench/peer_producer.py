@@ -21,30 +21,13 @@ bench.py also raises glibc's malloc thresholds for it (environment).
 """
 import argparse
 import os
-import resource
 import time
 
 import msgpack
-import redis
-import redis.connection
-import redis.utils
+
+from peer_common import connect, cpu_us, peak_rss_kb
 
 PIPELINE = 16   # RPUSHes per round trip of the strong peer
-
-
-def peak_rss_kb():
-    """VmHWM of this process (ru_maxrss would include the parent's size:
-    Linux keeps it across execve)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
-
-
-def cpu_us():
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return int((ru.ru_utime + ru.ru_stime) * 1e6)
 
 
 def main():
@@ -62,14 +45,7 @@ def main():
                     help="hiredis parser when installed, %d RPUSHes per round trip" % PIPELINE)
     a = ap.parse_args()
 
-    if a.strong:
-        # redis-py picks python3-hiredis's parser by itself when installed.
-        r = redis.Redis(host="127.0.0.1", port=a.port)
-        hiredis = redis.utils.HIREDIS_AVAILABLE
-    else:
-        r = redis.Redis(connection_pool=redis.ConnectionPool(
-            host="127.0.0.1", port=a.port, parser_class=redis.connection.PythonParser))
-        hiredis = False
+    r, hiredis = connect(a.port, a.strong)
     payload = os.urandom(a.size)
     each = a.size // a.records
     records = [payload[i * each:(i + 1) * each] for i in range(a.records - 1)]

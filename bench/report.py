@@ -151,6 +151,16 @@ def render_tls(a, sizes, rows, failures, load):
     return "\n".join(out)
 
 
+def section_start(heading, skip):
+    """The lines of a section that starts with heading, and their append;
+    when skip (why the section was not run) is set, they say so."""
+    out = []
+    out.append(heading + "\n")
+    if skip:
+        out.append("Skipped: %s.\n" % skip)
+    return out, out.append
+
+
 def render_delay(a, sizes, rows, delays, delay_ms, rtt, skip, failures, load):
     """The network latency section: sluice acks 1x1 with the library's
     defaults and the two peers 1x1, straight to the server and through
@@ -158,11 +168,8 @@ def render_delay(a, sizes, rows, delays, delay_ms, rtt, skip, failures, load):
     and its ratio to its own loopback figure. Empty when not run."""
     if not sizes:
         return ""
-    out = []
-    w = out.append
-    w(DELAY_HEADING + "\n")
+    out, w = section_start(DELAY_HEADING, skip)
     if skip:
-        w("Skipped: %s.\n" % skip)
         return "\n".join(out)
     med = {k: median_run(v) for k, v in rows.items() if v}
     w("Every connection of the run (sluice's producer and consumer, the peers') goes through "
@@ -211,11 +218,8 @@ def render_compress(a, sizes, rows, held, payload, skip, failures):
     Empty when not run."""
     if not sizes:
         return ""
-    out = []
-    w = out.append
-    w(COMPRESS_HEADING + "\n")
+    out, w = section_start(COMPRESS_HEADING, skip)
     if skip:
-        w("Skipped: %s.\n" % skip)
         return "\n".join(out)
     med = {k: median_run(v) for k, v in rows.items() if v}
     what = ("Fashion-MNIST's training pixels (`%s`, one batch after the other through them)"
