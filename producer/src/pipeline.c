@@ -571,8 +571,10 @@ static sluice_err window_wait(sluice_producer *p)
         p->win *= 2;
         return SLUICE_OK;
     }
-    while (e == SLUICE_OK && p->used > 0 && p->used_bytes >= p->win)
-        e = pipe_settle(p, p->nsent - 1);
+    /* Each round reads one answer (or sends refused pushes again); with
+     * nothing in flight or refused there is nothing to wait for. */
+    while (e == SLUICE_OK && p->used_bytes >= p->win && (p->nsent > 0 || p->nrefused > 0))
+        e = pipe_settle(p, p->nsent > 0 ? p->nsent - 1 : 0);
     return e;
 }
 
