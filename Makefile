@@ -63,12 +63,16 @@ INTERNAL_HEADERS := $(wildcard common/src/*.h consumer/src/*.h producer/src/*.h 
 
 PROGRAMS := $(BUILD)/sluice-producer $(BUILD)/sluice-consume $(BUILD)/sluice-ctl \
             $(BUILD)/sluice-trainer
+# What the docs' examples use besides the programs (README.md, docs/JOBS.md):
+# a TFRecord generator and the example --transform plugin. Built by `make`,
+# not installed.
+DOC_TOOLS := $(BUILD)/gen-tfrecord $(BUILD)/examples/libupper.so
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(BUILD)/unit-tests
 
 .PHONY: all deps test unit integration asan valgrind demo bench install uninstall clean
 
-all: $(BUILD)/libsluice.a $(BUILD)/libsluice.so $(BUILD)/sluice.pc $(PROGRAMS)
+all: $(BUILD)/libsluice.a $(BUILD)/libsluice.so $(BUILD)/sluice.pc $(PROGRAMS) $(DOC_TOOLS)
 
 # Installs the Debian packages that are missing (does nothing when all are
 # there). `make` only builds; `make deps` (and test, demo, bench, asan,
@@ -133,7 +137,7 @@ $(BUILD)/sluice-trainer: $(BUILD)/examples/trainer/trainer.o $(BUILD)/libsluice.
 $(UNIT_BIN): $(UNIT_SRC:%.c=$(BUILD)/%.o) $(JOB_OBJ) $(CLI_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS) -lm
 
-# Test data generator used by the integration tests.
+# Test data generator: the integration tests and docs/JOBS.md's "Try it".
 $(BUILD)/gen-tfrecord: $(BUILD)/tests/tools/gen-tfrecord.o $(BUILD)/producer/job/crc32c.o
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
@@ -187,8 +191,8 @@ bench: deps
 $(BUILD)/dump-idx: $(BUILD)/tests/tools/dump-idx.o $(JOB_OBJ) $(BUILD)/libsluice.a
 	$(CC) -o $@ $^ $(ALL_LDFLAGS) $(LIBS)
 
-# The example --transform plugin (examples/transform/upper.c); the unit
-# tests load it.
+# The example --transform plugin (examples/transform/upper.c): the unit
+# tests and the README's example load it.
 $(BUILD)/examples/libupper.so: examples/transform/upper.c common/include/sluice/transform.h \
                                common/include/sluice/batch.h
 	@mkdir -p $(dir $@)

@@ -293,11 +293,12 @@ int submit_run(ctl *x, const submit_opts *o, const sluicei_shard *shards, size_t
     }
     begun = 0;
     if (x->partitions)
-        printf("submitted %lld tasks (%zu shards \xc3\x97 %" PRIu64 " epochs) to queue '%s' over %d "
-               "partitions\n", tasks, n, o->epochs, x->q, P);
+        printf("submitted %lld tasks (%zu shard%s \xc3\x97 %" PRIu64 " epoch%s) to queue '%s' over %d "
+               "partitions\n", tasks, n, n == 1 ? "" : "s", o->epochs, o->epochs == 1 ? "" : "s",
+               x->q, P);
     else
-        printf("submitted %lld tasks (%zu shards \xc3\x97 %" PRIu64 " epochs) to queue '%s'\n",
-               tasks, n, o->epochs, x->q);
+        printf("submitted %lld tasks (%zu shard%s \xc3\x97 %" PRIu64 " epoch%s) to queue '%s'\n",
+               tasks, n, n == 1 ? "" : "s", o->epochs, o->epochs == 1 ? "" : "s", x->q);
     rc = 0;
     goto out;
 out_defs:
