@@ -7,6 +7,7 @@
 # redis-server. The blocks of one doc run in order and share the directory
 # and the Redis, as a reader going down the page would. The only change made to a block is its Redis port, replaced
 # by a free one. A block must exit 0 and print what its `output` block shows.
+# And every file of the tree a doc names in backticks exists.
 # Afterwards every process the block started is stopped, the Redis on its
 # port too.
 # shellcheck source=tests/lib/integration.sh

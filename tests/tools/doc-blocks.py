@@ -20,7 +20,9 @@ output, in order (lines may come between), `…` standing for any text and
 a line `…` alone for any lines. The README's --help references (under
 "<!-- help: PROGRAM -->") are checked by readme_help.sh, not here.
 
-    doc-blocks.py check FILE...           every sh block marked; exit 1 if not
+    doc-blocks.py check FILE...           every sh block marked, every file of the
+                                          tree a doc names in backticks exists;
+                                          exit 1 if not
     doc-blocks.py extract OUTDIR FILE...  writes OUTDIR/NN.sh, NN.meta
                                           ("FILE LINE PORT TIMEOUT CLUSTER"), NN.expect
     doc-blocks.py match EXPECT ACTUAL     exit 1, naming the first expected
@@ -30,6 +32,7 @@ import os
 import re
 import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHELL_LANGS = {"sh", "bash", "shell", "console"}
 # A line of a block without a language that is a command, not output.
 COMMAND_LINE = re.compile(r"^\s*(\$ )?(sluice-(ctl|producer|consume|trainer)|make|redis-server|"
@@ -86,9 +89,30 @@ def options(b):
     return (port, timeout, cluster), None
 
 
+# A file of the tree named in backticks (`producer/src/task.c`); a name in
+# capitals (`tests/integration/NAME.sh`) stands for any.
+TREE_PATH = re.compile(r"`([\w.][\w./-]*/[\w.-]+\.(?:h|c|sh|py|md|lua|yml|yaml|toml|in|awk|supp))`")
+
+
+def missing_files(path):
+    """Files of the tree the doc names that do not exist."""
+    errors, here = [], os.path.dirname(path)
+    with open(path, encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            for m in TREE_PATH.finditer(text):
+                name = m.group(1)
+                if re.search(r"/[A-Z_]+\.\w+$", name):
+                    continue
+                if not os.path.exists(os.path.join(ROOT, name)) \
+                        and not os.path.exists(os.path.join(here, name)):
+                    errors.append("%s:%d: names `%s`, which is not in the tree" % (path, n, name))
+    return errors
+
+
 def check(paths):
     errors, runs = [], []
     for path in paths:
+        errors += missing_files(path)
         bs = blocks(path)
         for i, b in enumerate(bs):
             if b.lang == "<unclosed>":
