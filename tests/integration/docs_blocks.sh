@@ -16,6 +16,13 @@
 . "$ROOT/tests/lib/cluster.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord examples/libupper.so
 
+# The docs' examples run "after make": a plain `make` (target all) builds
+# every program of $BUILD they use (checked on a dry run into a fresh folder).
+plan=$(make -n -C "$ROOT" BUILD="$T/fresh" all 2>&1) || fail "make -n all failed: $plan"
+for tool in sluice-ctl sluice-producer sluice-consume gen-tfrecord examples/libupper.so; do
+    grep -q -- "-o $T/fresh/$tool\b" <<<"$plan" || fail "make (all) does not build $tool, which the docs use"
+done
+
 DOCS=("$ROOT/README.md" "$ROOT"/docs/*.md "$ROOT/python/README.md" "$ROOT/bench/README.md")
 n=$("$PY" "$ROOT/tests/tools/doc-blocks.py" extract "$T/blocks" "${DOCS[@]}") ||
     fail "some shell blocks of the docs are not marked (above)"
