@@ -6,7 +6,7 @@
 # the programs of $BUILD first on PATH and SLUICE_REDIS_URL naming a private
 # redis-server. The blocks of one doc run in order and share the directory
 # and the Redis, as a reader going down the page would. The only change made to a block is its Redis port, replaced
-# by a free one. A block must exit 0 and print what its `output` block shows.
+# by a free one (in its output block too). A block must exit 0 and print what its `output` block shows.
 # And every file of the tree a doc names in backticks exists.
 # Afterwards every process the block started is stopped, the Redis on its
 # port too.
@@ -47,12 +47,13 @@ for meta in "$T"/blocks/*.meta; do
         ln -s "$BUILD" "$w/build"
     fi
     cp "$base.sh" "$w/block.sh"
+    cp "$base.expect" "$w/expect"
     if [[ $cluster != - ]]; then
         # The block's cluster nodes become those of a private cluster.
         IFS=, read -r -a nodes <<<"$cluster"
         cluster_start "${#nodes[@]}" 0 >/dev/null || fail "$where: no cluster to run it on"
         for i in "${!nodes[@]}"; do
-            sed -i "s/\b${nodes[$i]//./\\.}\b/127.0.0.1:${CLUSTER_PORTS[$i]}/g" "$w/block.sh"
+            sed -i "s/\b${nodes[$i]//./\\.}\b/127.0.0.1:${CLUSTER_PORTS[$i]}/g" "$w/block.sh" "$w/expect"
         done
         p=${CLUSTER_PORTS[0]}
     elif grep -q 'redis-server' "$w/block.sh"; then
@@ -64,7 +65,7 @@ for meta in "$T"/blocks/*.meta; do
         fi
         p=$fport
     fi
-    sed -i "s/\b$port\b/$p/g" "$w/block.sh"
+    sed -i "s/\b$port\b/$p/g" "$w/block.sh" "$w/expect"
     note "$where (Redis port $p)"
     (
         cd "$w" || exit 1
@@ -79,7 +80,8 @@ for meta in "$T"/blocks/*.meta; do
     if [[ $p != "$fport" ]]; then
         # What the block started on its own port (--daemonize escapes its
         # process group), or the cluster.
-        env -u REDISCLI_AUTH redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true
+        env -u REDISCLI_AUTH redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 ||
+            pkill -KILL -f "^redis-server [^ ]*:$p\b" 2>/dev/null || true
         if [[ $cluster != - ]]; then
             for c in "${CLUSTER_PORTS[@]}"; do redis_tmp_stop "$c" >/dev/null 2>&1; done
         fi
@@ -88,12 +90,12 @@ for meta in "$T"/blocks/*.meta; do
         echo "FAIL $where: exited with status $rc$( ((rc == 124)) && echo " (timeout ${timeout}s)"); its output:"
         tail -n 30 "$w/out"
         failed=$((failed + 1))
-    elif ! why=$("$PY" "$ROOT/tests/tools/doc-blocks.py" match "$base.expect" "$w/out"); then
+    elif ! why=$("$PY" "$ROOT/tests/tools/doc-blocks.py" match "$w/expect" "$w/out"); then
         echo "FAIL $where: $why; its output:"
         tail -n 30 "$w/out"
         failed=$((failed + 1))
     else
-        echo "ok $where ($(grep -c . "$base.expect") lines of output checked)"
+        echo "ok $where ($(grep -c . "$w/expect") lines of output checked)"
     fi
 done
 ((failed == 0)) || fail "$failed of $n runnable doc blocks failed"
