@@ -39,6 +39,9 @@ int run_files(run *r)
         }
         o = produce(r, rd, &r->total, &nread);
         sluicei_reader_close(rd);
+        /* An --exec read cut short by the signal is no input error. */
+        if (o == OUT_INPUT_ERROR && daemon_stop_flag)
+            o = OUT_STOPPED;
         if (o == OUT_DONE) {
             done_groups++;
             continue;

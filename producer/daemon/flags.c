@@ -3,6 +3,7 @@
  * connects. */
 #include "daemon.h"
 
+#include "child.h"
 #include "cli.h"
 #include "metrics.h"
 #include "num.h"
@@ -85,7 +86,8 @@ static void usage(FILE *f)
             "                     the data roots first (job mode; files mode with\n"
             "                     --data-root) and given resolved. The command's\n"
             "                     environment lacks every SLUICE_* variable and\n"
-            "                     REDISCLI_AUTH.\n"
+            "                     REDISCLI_AUTH. It runs in a process group of its own,\n"
+            "                     which a stop ends: SIGTERM, then SIGKILL after %d s.\n"
             "  --exec-format F    what CMD writes: records (default: each record a 4-byte\n"
             "                     little-endian length, then its bytes) or msgpack (whole\n"
             "                     batch frames, docs/PROTOCOL.md; their rows are rebatched)\n"
@@ -136,7 +138,10 @@ static void usage(FILE *f)
             "mode: hands its task back untried (another producer does it; the attempt is\n"
             "not counted) and exits 0. Reconnecting then, it tries once more at once;\n"
             "with Redis still out of reach it exits 1 (the task comes back through its\n"
-            "lease). A second signal exits at once (128 + signal).\n"
+            "lease). An --exec command's process group gets SIGTERM at the signal and\n"
+            "SIGKILL %d s later if it still runs (job mode: its task is handed back\n"
+            "first). A second signal sends SIGKILL to the group and exits at once\n"
+            "(128 + signal).\n"
             "\n"
             "Exit status: 0 success (job mode: the job is finished or the queue has none,\n"
             "or a clean shutdown on a signal), 1 runtime error, 2 usage error, 130/143\n"
@@ -151,7 +156,8 @@ static void usage(FILE *f)
             "  " PROG " --queue train --data-root /data &    # as many as it takes\n"
             "  " PROG " --queue train --data-root /data \\\n"
             "      --exec 'python3 decode.py {path} {start} {end}'\n",
-            MAX_BATCH_SIZE, SLUICEI_MIN_LEASE_MS, LEASE_MS_MAX, SLUICE_LEASE_MS_DEFAULT, MAX_INFLIGHT);
+            MAX_BATCH_SIZE, SLUICEI_CHILD_GRACE_MS / 1000, SLUICEI_MIN_LEASE_MS, LEASE_MS_MAX,
+            SLUICE_LEASE_MS_DEFAULT, MAX_INFLIGHT, SLUICEI_CHILD_GRACE_MS / 1000);
 }
 
 /* Parses argv into cf (daemon.h). */

@@ -54,8 +54,10 @@ static int fatal_push_error(sluice_producer *p, sluice_err e)
 
 /* Produces one claimed task and finishes it (done, failed, handed back).
  * Returns 0 to go on, SLUICEI_EXIT_RUNTIME when the producer cannot go on,
- * or -1 after a signal. */
-static int run_task(run *r, sluice_task *t)
+ * or -1 after a signal. After a signal the input is left open in *rd for
+ * the caller to close once the task is handed back: an --exec command may
+ * take its grace period (child.h) to exit, longer than a lease can wait. */
+static int task_body(run *r, sluice_task *t, sluicei_reader **rd)
 {
     char what[512], key[64];
     double t0 = produce_now();
@@ -73,19 +75,22 @@ static int run_task(run *r, sluice_task *t)
     const sluicei_batch_order order = {.window = t->shuffle_buffer, .seed = t->shuffle_seed,
                                        .epoch = t->epoch, .shard = t->shard,
                                        .drop_remainder = t->drop_remainder};
-    sluicei_reader *rd = NULL;
     enum outcome o = OUT_INPUT_ERROR;
     if (sluicei_batcher_set_order(r->b, &order) != SLUICE_OK)
         snprintf(r->err, sizeof r->err, "shuffle_buffer %" PRIu32 " is over %d records",
                  t->shuffle_buffer, SLUICE_SHUFFLE_BUFFER_MAX);
-    else if (produce_open_input(r, &rd, t->reader, t->paths, t->npaths, t->start, t->end) ==
+    else if (produce_open_input(r, rd, t->reader, t->paths, t->npaths, t->start, t->end) ==
              SLUICE_OK) {
-        o = produce(r, rd, &c, &nread);
-        sluicei_reader_close(rd);   /* kills an --exec command still running */
+        o = produce(r, *rd, &c, &nread);
+        if (!daemon_stop_flag) {
+            sluicei_reader_close(*rd);   /* ends an --exec command still running */
+            *rd = NULL;
+        }
     }
     describe_task(t, nread, r->cf->exec_cmd != NULL, what, sizeof what);
-    /* A push cut short by the signal (a wait for room ends at once). */
-    if (o == OUT_PUSH_ERROR && daemon_stop_flag)
+    /* A push cut short by the signal (a wait for room ends at once), or a
+     * read of an --exec command's output (it ends at once too). */
+    if ((o == OUT_PUSH_ERROR || o == OUT_INPUT_ERROR) && daemon_stop_flag)
         o = OUT_STOPPED;
 
     sluice_err e;
@@ -172,6 +177,14 @@ static int run_task(run *r, sluice_task *t)
         r->tasks_failed++;
     produce_say(r, PROG ": task %s (%s): %s\n", key, what, why);
     return fatal ? SLUICEI_EXIT_RUNTIME : 0;
+}
+
+static int run_task(run *r, sluice_task *t)
+{
+    sluicei_reader *rd = NULL;
+    int k = task_body(r, t, &rd);
+    sluicei_reader_close(rd);
+    return k;
 }
 
 /* Sleeps up to ms, waking early on a signal. */

@@ -15,6 +15,7 @@
  *                   waits for the next job). */
 #include "daemon.h"
 
+#include "child.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -28,14 +29,19 @@
 volatile sig_atomic_t daemon_stop_flag;
 volatile sig_atomic_t daemon_stop_signal;
 
-/* First signal: stop at the next record and shut down cleanly. Second:
- * leave at once (the task, if any, is then left to the lease reaper). */
+/* First signal: stop at the next record and shut down cleanly; an --exec
+ * command gets SIGTERM now (child.h), and a wait on its output ends. Second:
+ * leave at once (the task, if any, is then left to the lease reaper), but
+ * not before every command's group got SIGKILL. */
 static void on_signal(int sig)
 {
-    if (daemon_stop_flag)
+    if (daemon_stop_flag) {
+        sluicei_child_kill_all();
         _exit(128 + sig);
+    }
     daemon_stop_signal = sig;
     daemon_stop_flag = 1;
+    sluicei_child_stop();
 }
 
 static void config_free(config *cf)

@@ -201,9 +201,14 @@ typedef enum sluicei_exec_mode {
  * stdout is read, so neither pipe can fill and block it. At the end of
  * stdout the reader waits for the exit: status 0 gives SLUICE_EOF; any
  * other status or a signal gives SLUICE_ERR_FORMAT with "exec: CMD exited
- * with status N: <stderr tail, one line>" ("killed by signal N"). Closing
- * the reader early kills the command (SIGKILL to its process group) and
- * reaps it. The command's environment is the caller's without any
+ * with status N: <stderr tail, one line>" ("killed by signal N"). The
+ * command leads a process group of its own (child.h); whatever it leaves
+ * running in it when it exits is ended. Closing the reader early ends the
+ * group: SIGTERM, SLUICEI_CHILD_GRACE_MS for it to exit, then SIGKILL; the
+ * command is reaped. After sluicei_child_stop() (a signal handler's call)
+ * a read under way or to come returns at once with SLUICE_ERR_SYS and
+ * "exec: CMD: stopped: the producer is shutting down", and no command
+ * starts. The command's environment is the caller's without any
  * SLUICE_* variable and without REDISCLI_AUTH.
  * roots not NULL: before the command starts, every path is checked with
  * sluicei_input_check() (a regular file or a folder under the roots; a

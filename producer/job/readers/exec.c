@@ -1,22 +1,23 @@
 /* --exec: records from a command's stdout (reader.h, sluicei_exec_open).
  *
- * The command runs as `/bin/sh -c CMD` in its own process group, stdin
- * /dev/null, stdout and stderr on two pipes. Both pipes are read through
- * one poll(), so a command that fills its stderr while we wait on its
- * stdout (or the other way round) never blocks: stderr is kept as a
- * 512-byte tail for the error message. Its environment is the producer's
- * without sluice's own variables (child_env()): the command is code run
- * on a job's behalf and has no business with the Redis password. */
+ * The command runs as `/bin/sh -c CMD` in its own process group (child.h:
+ * started, and ended on close or on a stop, there), stdin /dev/null,
+ * stdout and stderr on two pipes. Both pipes are read through one poll(),
+ * so a command that fills its stderr while we wait on its stdout (or the
+ * other way round) never blocks: stderr is kept as a 512-byte tail for the
+ * error message. The same poll() watches the stop fd of child.h, so that a
+ * signal to the producer ends a wait on a silent command at once. Its
+ * environment is the producer's without sluice's own variables
+ * (child_env()): the command is code run on a job's behalf and has no
+ * business with the Redis password. */
 #include "../reader.h"
+#include "../child.h"
 #include "mpack.h"
 #include "wire.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,14 @@ static void read_stderr(exec_source *s)
     }
 }
 
+/* The result of every read once the producer stops (child.h): the command
+ * is ended by close. */
+static sluice_err stopped(const exec_source *s, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "exec: %s: stopped: the producer is shutting down", s->cmd);
+    return SLUICE_ERR_SYS;
+}
+
 /* Waits until stdout has more bytes (appended to buf) or ends, reading
  * stderr meanwhile. Never grows buf beyond what arrives plus one chunk. */
 static sluice_err read_more(exec_source *s, char *err, size_t errlen)
@@ -170,17 +179,23 @@ static sluice_err read_more(exec_source *s, char *err, size_t errlen)
         }
     }
     for (;;) {
-        struct pollfd pf[2] = {{.fd = s->out_fd, .events = POLLIN},
+        if (sluicei_child_stopping())
+            return stopped(s, err, errlen);
+        /* The stop fd first: pf[2] (stderr) is left out once it closed. */
+        struct pollfd pf[3] = {{.fd = sluicei_child_wake_fd(), .events = POLLIN},
+                               {.fd = s->out_fd, .events = POLLIN},
                                {.fd = s->err_fd, .events = POLLIN}};
-        if (poll(pf, s->err_fd >= 0 ? 2 : 1, -1) < 0) {
+        if (poll(pf, s->err_fd >= 0 ? 3 : 2, -1) < 0) {
             if (errno == EINTR)
                 continue;
             snprintf(err, errlen, "exec: poll: %s", strerror(errno));
             return SLUICE_ERR_SYS;
         }
-        if (s->err_fd >= 0 && pf[1].revents)
+        if (pf[0].revents)
+            continue;   /* a stop: said at the top */
+        if (s->err_fd >= 0 && pf[2].revents)
             read_stderr(s);
-        if (!pf[0].revents)
+        if (!pf[1].revents)
             continue;
         ssize_t n = read(s->out_fd, s->buf + s->len, s->cap - s->len);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
@@ -242,8 +257,12 @@ static sluice_err finish(exec_source *s, char *err, size_t errlen)
     while (s->pid > 0) {
         pid_t w = waitpid(s->pid, &status, WNOHANG);
         if (w == s->pid) {
+            /* What it left running in its group goes with it. */
+            sluicei_child_end(s->pid, 1);
             s->pid = 0;
             exited_at = now_ms();
+        } else if (sluicei_child_stopping()) {
+            return stopped(s, err, errlen);   /* close ends it */
         } else if (w < 0 && errno != EINTR) {
             snprintf(err, errlen, "exec: %s: waitpid: %s", s->cmd, strerror(errno));
             return SLUICE_ERR_SYS;
@@ -287,11 +306,10 @@ static void exec_close(sluicei_source *base)
         close(s->out_fd);
     if (s->err_fd >= 0)
         close(s->err_fd);
-    if (s->pid > 0) {
-        kill(-s->pid, SIGKILL);
-        while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
-            ;
-    }
+    /* Closed stdout first: a command still writing gets SIGPIPE, another
+     * SIGTERM, then SIGKILL after the grace period (child.h). */
+    if (s->pid > 0)
+        sluicei_child_end(s->pid, 0);
     sluice_batch_free(s->batch);
     free(s->frame);
     free(s->rowbuf);
@@ -550,56 +568,13 @@ static sluice_err spawn(exec_source *s, const char *line, char *err, size_t errl
         snprintf(err, errlen, "exec: out of memory");
         return SLUICE_ERR_NOMEM;
     }
-    int out[2] = {-1, -1}, errp[2] = {-1, -1};
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
-        snprintf(err, errlen, "exec: pipe: %s", strerror(errno));
-        for (int i = 0; i < 2; i++) {
-            if (out[i] >= 0)
-                close(out[i]);
-            if (errp[i] >= 0)
-                close(errp[i]);
-        }
-        free(env);
-        return SLUICE_ERR_SYS;
-    }
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
-    posix_spawnattr_init(&attr);
-    /* Its own process group, so that close can kill what it started, and
-     * default signal handling whatever the producer did with SIGPIPE. */
-    sigset_t def;
-    sigemptyset(&def);
-    sigaddset(&def, SIGPIPE);
-    sigaddset(&def, SIGINT);
-    sigaddset(&def, SIGTERM);
-    posix_spawnattr_setsigdefault(&attr, &def);
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                        POSIX_SPAWN_SETSIGMASK);
-    char *argv[] = {"sh", "-c", (char *)line, NULL};
-    int rc = posix_spawn(&s->pid, "/bin/sh", &fa, &attr, argv, env);
+    char why[256];
+    sluice_err e = sluicei_child_start(&s->pid, &s->out_fd, &s->err_fd, line, env, why,
+                                       sizeof why);
     free(env);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    close(out[1]);
-    close(errp[1]);
-    if (rc != 0) {
-        s->pid = 0;
-        close(out[0]);
-        close(errp[0]);
-        snprintf(err, errlen, "exec: /bin/sh: %s", strerror(rc));
-        return SLUICE_ERR_SYS;
-    }
-    s->out_fd = out[0];
-    s->err_fd = errp[0];
-    return SLUICE_OK;
+    if (e != SLUICE_OK)
+        snprintf(err, errlen, "exec: %s: %s", s->cmd, why);
+    return e;
 }
 
 /* Checks paths through roots into *out, the paths as resolved (an array
