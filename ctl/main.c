@@ -218,6 +218,9 @@ int main(int argc, char **argv)
         sluicei_script_id id = sluicei_script_by_name(argv[optind]);
         if (id == SLUICEI_SCRIPT_COUNT)
             return sluicei_usage_error("script: unknown script '%s'", argv[optind]);
+        if (optind + 1 < argc)
+            return sluicei_usage_error("script: unexpected argument '%s' (one script at a "
+                                       "time)", argv[optind + 1]);
         fputs(sluicei_script_source(id), stdout);
         return 0;
     }

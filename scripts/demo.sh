@@ -9,7 +9,8 @@
 # every training image reached a trainer exactly once per epoch (from the
 # image ids and pixel checksums the trainers wrote) and the throughput.
 # Stops everything it started on exit and on Ctrl-C. Exits non-zero when
-# the accuracy is below the target or the exactly-once check fails.
+# the accuracy is below the target or the exactly-once check fails; 130
+# when interrupted (SIGINT, Ctrl-C), saying so.
 #
 #   BUILD=build scripts/demo.sh
 #   DEMO_EPOCHS=2 DEMO_RECORDS=10000 DEMO_SHARDS=10 DEMO_MIN_ACCURACY=0.70 scripts/demo.sh
@@ -41,7 +42,16 @@ data=${DEMO_DATA:-/usr/share/datasets/fashion-mnist}
 q=fashion
 PY=/usr/bin/python3
 
-die() { echo "demo: $*" >&2; exit 1; }
+# Set by SIGINT (Ctrl-C): the demo stops at the next step and says so. A
+# Ctrl-C reaches every program of the terminal's process group, so the
+# trainers' and producers' own exits then are the interruption, not
+# failures to report.
+interrupted=0
+die() {
+    if ((interrupted)); then exit 130; fi
+    echo "demo: $*" >&2
+    exit 1
+}
 
 for v in epochs records shards batch nprod ranks seed max_batches deadline_s; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
@@ -83,6 +93,10 @@ cleanup() {
     local rc=$? p
     trap - EXIT INT TERM
     ((live_open)) && echo
+    if ((interrupted)); then
+        echo "demo: interrupted; stopping the trainers, the producers and redis-server" >&2
+        rc=130
+    fi
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
@@ -98,10 +112,11 @@ cleanup() {
     exit "$rc"
 }
 trap cleanup EXIT
-trap 'echo; echo "demo: interrupted, stopping everything" >&2; exit 130' INT
+trap 'interrupted=1' INT
 trap 'exit 143' TERM
 
 now() { date +%s.%N; }
+stop_if_interrupted() { if ((interrupted)); then exit 130; fi; }
 field() { printf '%s\n' "$2" | grep -o "\\b$1=[^ ]*" | head -n 1 | cut -d= -f2-; }
 ctl() { "$BUILD/sluice-ctl" --redis "$REDIS_URL" "$@"; }
 
@@ -120,6 +135,7 @@ echo "[1/5] starting a private redis-server"
 redis_tmp_start
 echo "      $REDIS_URL (data in $REDIS_DIR; the system's Redis is not used)"
 
+stop_if_interrupted
 echo "[2/5] creating queue '$q' and submitting the job"
 ctl create "$q" --max-batches "$max_batches" --max-bytes "$max_bytes" \
     --consumers "$ranks" --coordinated --remainder drop >/dev/null
@@ -130,6 +146,7 @@ ctl submit "$q" --manifest "$work/train.manifest" --epochs "$epochs" --batch-siz
     die "sluice-ctl submit failed: $(cat "$work/submit.out")"
 echo "      manifest: $(<"$work/train.manifest")"
 
+stop_if_interrupted
 echo "[3/5] starting $ranks trainers and $nprod producers"
 t0=$(now)
 tpids=()
@@ -150,8 +167,10 @@ for ((p = 0; p < nprod; p++)); do
 done
 
 # ---- live progress -------------------------------------------------------
-# One line, refreshed every second in place on a terminal (every 2 s as
-# plain lines otherwise), read from the queue's keys (docs/PROTOCOL.md).
+# One line every second, refreshed in place on a terminal (a plain line
+# every 2 s otherwise), read from the queue's keys (docs/PROTOCOL.md). A
+# snapshot that is not complete (Redis gone, no trainer's counters yet) is
+# not shown: a line never shows an empty or negative figure.
 K="sluice:{$q}"
 # snapshot: one value per line, an empty line for a missing one: epoch_open,
 # state, epochs (job); acked, acked_bytes (stats); batches and bytes held;
@@ -169,10 +188,16 @@ snapshot() {
 max_bytes_n=$(redis_tmp_cli HGET "$K:meta" max_bytes)
 tty=0
 [[ -t 1 ]] && tty=1
+period_us=2000000
+((tty)) && period_us=1000000
 echo "      live: elapsed, epoch in progress, batches and MB acknowledged per second,"
 echo "      queue held against its budget (batches, MiB), seconds each trainer waited"
-prev_b=0 prev_B=0 prev_t=$t0 tick=0 failed=""
+us() { echo "${EPOCHREALTIME/[.,]/}"; }
+prev_b=0 prev_B=0 prev_t=$t0 failed=""
+start_us=$(us)
+due=$((start_us + period_us))
 while :; do
+    stop_if_interrupted
     running=0
     for p in "${tpids[@]}"; do kill -0 "$p" 2>/dev/null && running=1; done
     ((running)) || break
@@ -185,28 +210,42 @@ while :; do
         ppids[i]="done"
         ((rc == 0)) || { failed="producer $i exited with status $rc: $(tail -n 3 "$work/p$i.err")"; break 2; }
     done
-    if awk -v a="$t0" -v b="$(now)" -v d="$deadline_s" 'BEGIN { exit !(b - a > d) }'; then
+    if (($(us) - start_us > deadline_s * 1000000)); then
         failed="the run took longer than DEMO_TIMEOUT=$deadline_s s"
         break
     fi
-    sleep 1
-    tick=$((tick + 1))
-    ((tty || tick % 2 == 0)) || continue
+    # Sleeps until the next line is due, at most 0.2 s at a time (the
+    # trainers' end is noticed promptly); `wait` returns at once on Ctrl-C.
+    left=$((due - $(us)))
+    if ((left > 0)); then
+        ((left > 200000)) && left=200000
+        sleep "$(printf '%d.%06d' $((left / 1000000)) $((left % 1000000)))" &
+        wait $! || true
+        continue
+    fi
+    due=$((due + period_us))
+    # Fallen behind (a slow snapshot): the next line one period from now.
+    (($(us) < due)) || due=$(($(us) + period_us))
     mapfile -t v < <(snapshot)
+    stop_if_interrupted
     t=$(now)
-    line=$(awk -v t="$t" -v t0="$t0" -v pt="$prev_t" -v b="${v[3]:-0}" -v pb="$prev_b" \
-        -v B="${v[4]:-0}" -v pB="$prev_B" -v eo="${v[0]:-0}" -v st="${v[1]:-}" \
-        -v ne="${v[2]:-$epochs}" -v d="${v[5]:-0}" -v md="$max_batches" -v by="${v[6]:-0}" \
+    # Complete: the counters read, the trainers' among them, none gone back.
+    complete=$((${#v[@]} > 7))
+    for x in "${v[@]:3:3}" "${v[@]:7}"; do [[ $x =~ ^[0-9]+$ ]] || complete=0; done
+    ((complete)) || continue
+    ((v[3] >= prev_b && v[4] >= prev_B)) || continue
+    line=$(awk -v t="$t" -v t0="$t0" -v pt="$prev_t" -v b="${v[3]}" -v pb="$prev_b" \
+        -v B="${v[4]}" -v pB="$prev_B" -v eo="${v[0]:-0}" -v st="${v[1]:-}" \
+        -v ne="${v[2]:-$epochs}" -v d="${v[5]}" -v md="$max_batches" -v by="${v[6]:-0}" \
         -v mb="${max_bytes_n:-1}" -v w="${v[*]:7}" 'BEGIN {
         dt = t - pt; if (dt <= 0) dt = 1
         n = split(w, ws, " "); s = ""
         for (i = 1; i <= n; i++) s = s sprintf("%s%.1f", i > 1 ? "+" : "", ws[i] / 1e6)
         ep = st == "finished" ? "end" : sprintf("%d/%d", eo + 1, ne)
         printf "  %5.1fs  epoch %s  %4.0f batches/s %5.1f MB/s  queue %d/%d %.1f/%.0fMiB  waited %ss",
-            t - t0, ep, (b - pb) / dt, (B - pB) / dt / 1e6, d, md, by / 1048576, mb / 1048576,
-            s == "" ? "-" : s
+            t - t0, ep, (b - pb) / dt, (B - pB) / dt / 1e6, d, md, by / 1048576, mb / 1048576, s
     }')
-    prev_t=$t prev_b=${v[3]:-0} prev_B=${v[4]:-0}
+    prev_t=$t prev_b=${v[3]} prev_B=${v[4]}
     if ((tty)); then
         printf '\r%s\033[K' "$line"
         live_open=1
@@ -215,6 +254,7 @@ while :; do
     fi
 done
 ((live_open)) && echo && live_open=0
+stop_if_interrupted
 [[ -z $failed ]] || die "$failed"
 t1=$(now)
 
@@ -236,6 +276,7 @@ for ((i = 0; i < ${#ppids[@]}; i++)); do
     ((rc == 0)) || die "producer $i exited with status $rc: $(tail -n 3 "$work/p$i.err")"
 done
 
+stop_if_interrupted
 echo "[5/5] checking what the trainers saw"
 # Every epoch: the union over ranks of the image indices must be 0..N-1,
 # each exactly once, and each image's label and pixel checksum must equal
@@ -277,6 +318,7 @@ PYEOF
 ) || die "the exactly-once checker failed: $check"
 once=yes
 [[ $(field bad "$check") == 0 ]] || once=no
+stop_if_interrupted
 
 stats=$(redis_tmp_cli HMGET "$K:stats" acked acked_bytes dup_dropped requeued | tr '\n' ' ')
 read -r s_acked s_bytes s_dup s_req <<<"$stats"

@@ -76,6 +76,7 @@ typedef struct run {
     int tty;
     double t0, last_progress;
     double last_push;          /* for the lease keepalive */
+    uint64_t last_rows;        /* rows of the batch handed to the last push */
     counts total;              /* files mode: everything; job mode: tasks completed */
     counts live;               /* pushed so far, for the progress line */
     uint64_t tasks_done, tasks_failed, tasks_lost;

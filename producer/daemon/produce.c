@@ -68,6 +68,7 @@ static int push_batch(void *arg, const sluicei_batch_out *out)
 {
     sink *s = arg;
     run *r = s->r;
+    r->last_rows = out->rows;
     sluice_err e = out->ntensors
                        ? sluice_producer_push_tensors(r->p, out->rows, out->tensors, out->ntensors)
                        : sluice_producer_push_records(r->p, out->records, out->nrecords);

@@ -494,14 +494,13 @@ static void pop_done(sluice_producer *p)
 
 /* Ends every push still in the ring after a final error: reads the
  * replies still owed (so that the connection stays in step), counts what
- * was stored, drops the rest. Appends the number dropped to errstr. */
+ * was stored, drops the rest. Appends to errstr what became of the
+ * batches dropped: not stored (never sent, or refused), or sent without an
+ * answer (stored or not: nobody knows). */
 static void abandon(sluice_producer *p)
 {
-    uint64_t dropped = 0, failed = 0;
-    /* The failed push itself is not counted: errstr names it. */
     for (int i = 0; i < p->used; i++) {
         slot *s = producer_slot_at(p, i);
-        failed += s->state == SLOT_FAILED;
         if (p->task_held && s->state != SLOT_DONE && s->id.seq < p->lost_from)
             p->lost_from = s->id.seq;
     }
@@ -511,9 +510,9 @@ static void abandon(sluice_producer *p)
             break;
         take_reply(p, r, 0);
     }
+    uint64_t n[SLOT_FAILED + 1] = {0};
     for (int i = 0; i < p->used; i++)
-        dropped += producer_slot_at(p, i)->state != SLOT_DONE;
-    dropped -= failed;
+        n[producer_slot_at(p, i)->state]++;
     p->head = p->used = p->nsent = p->nrefused = p->nopen = 0;
     p->open_bytes = p->used_bytes = 0;
     p->gid_read = p->gid_next;
@@ -523,11 +522,34 @@ static void abandon(sluice_producer *p)
         freeReplyObject(p->exec_reply);
         p->exec_reply = NULL;
     }
-    if (dropped) {
-        size_t n = strlen(p->errstr);
-        snprintf(p->errstr + n, sizeof p->errstr - n,
-                 " (%" PRIu64 " other unconfirmed batch%s dropped)", dropped,
-                 dropped == 1 ? "" : "es");
+    static const struct {
+        enum slot_state st;
+        const char *what;
+    } gone[] = {
+        {SLOT_OPEN, "not sent"},
+        {SLOT_FULL, "refused for lack of room"},
+        {SLOT_TRANSIENT, "refused by a passing server condition"},
+        {SLOT_FAILED, "refused for good"},
+    };
+    const char *sep = "; not stored: ";
+    for (size_t k = 0; k < sizeof gone / sizeof gone[0]; k++) {
+        uint64_t c = n[gone[k].st];
+        if (!c)
+            continue;
+        size_t len = strlen(p->errstr);
+        snprintf(p->errstr + len, sizeof p->errstr - len, "%s%" PRIu64 "%s %s", sep, c,
+                 *sep == ';' ? (c == 1 ? " batch" : " batches") : "", gone[k].what);
+        sep = ", ";
+    }
+    p->abandoned.unsent += n[SLOT_OPEN];
+    p->abandoned.refused_room += n[SLOT_FULL];
+    p->abandoned.refused_other += n[SLOT_TRANSIENT] + n[SLOT_FAILED];
+    p->abandoned.unanswered += n[SLOT_SENT];
+    if (n[SLOT_SENT]) {
+        size_t len = strlen(p->errstr);
+        snprintf(p->errstr + len, sizeof p->errstr - len,
+                 "; %" PRIu64 " sent without an answer: %s may or may not be stored",
+                 n[SLOT_SENT], n[SLOT_SENT] == 1 ? "it" : "each");
     }
 }
 

@@ -379,6 +379,17 @@ int sluicei_producer_partitions(const sluice_producer *p)
     return p->nparts;
 }
 
+void sluicei_producer_abandoned(const sluice_producer *p, sluicei_abandoned *out)
+{
+    *out = p->abandoned;
+    for (int k = 0; k < p->nparts; k++) {
+        out->unsent += p->part[k]->abandoned.unsent;
+        out->refused_room += p->part[k]->abandoned.refused_room;
+        out->refused_other += p->part[k]->abandoned.refused_other;
+        out->unanswered += p->part[k]->abandoned.unanswered;
+    }
+}
+
 /* The first half of closing: hands the task back, settles the pushes and
  * publishes the final counters. A child's waits may touch its siblings
  * (group_beat()), so every child of a group gets this before any is

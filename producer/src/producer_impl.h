@@ -29,6 +29,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "conn_send.h"
+#include "producer_internal.h"
 #include "proto.h"
 #include "retry.h"
 #include "taskdef.h"
@@ -126,6 +127,7 @@ struct sluice_producer {
     void *log_arg;
     uint64_t max_frame;                /* the queue's frame limit (meta max_frame) */
     sluicei_zenc zenc;                 /* the queue's compression (meta compress) */
+    sluicei_abandoned abandoned;       /* batches given up (abandon()) */
 
     uint32_t epoch;
     uint64_t task;

@@ -57,6 +57,35 @@ expect 2 'queue' "$BUILD/sluice-consume" --redis "$auth_url"
 expect 2 'format' "$BUILD/sluice-producer" --redis "$auth_url" --queue exists --format parquet --batch-size 1 "$T/lines.txt"
 expect 2 'queue name|character' "$BUILD/sluice-ctl" --redis "$auth_url" create 'bad name!' --max-batches 4 --max-bytes 1M
 
+# A flag that only means something with another flag or mode is refused,
+# never silently ignored.
+expect 2 'epochs needs --summary' "$BUILD/sluice-consume" --redis "$auth_url" --queue exists --epochs
+expect 2 'checkpoint-keep needs --checkpoint-every' "$BUILD/sluice-consume" --redis "$auth_url" \
+    --queue exists --checkpoint-keep 3
+expect 2 'checkpoint-every and --checkpoint-file go together' "$BUILD/sluice-consume" \
+    --redis "$auth_url" --queue exists --checkpoint-every 5
+expect 2 'rank and --world go together' "$BUILD/sluice-consume" --redis "$auth_url" \
+    --queue exists --rank 0
+expect 2 'at-most-once has nothing to give back' "$BUILD/sluice-consume" --redis "$auth_url" \
+    --queue exists --at-most-once --resume tok
+expect 2 'exec-format goes with --exec' "$BUILD/sluice-producer" --redis "$auth_url" \
+    --queue exists --exec-format msgpack "${P[@]}"
+expect 2 'follow is for job mode' "$BUILD/sluice-producer" --redis "$auth_url" --queue exists \
+    --follow "${P[@]}"
+expect 2 'lease-ms is for job mode' "$BUILD/sluice-producer" --redis "$auth_url" --queue exists \
+    --lease-ms 5000 "${P[@]}"
+expect 2 'batch-size is for files mode' "$BUILD/sluice-producer" --redis "$auth_url" \
+    --queue exists --data-root "$T" --batch-size 4
+expect 2 'format is for files mode' "$BUILD/sluice-producer" --redis "$auth_url" \
+    --queue exists --data-root "$T" --format lines
+expect 2 'format and --exec exclude each other' "$BUILD/sluice-producer" --redis "$auth_url" \
+    --queue exists --exec cat "${P[@]}"
+expect 2 'interval-ms goes with --watch' "$BUILD/sluice-ctl" --redis "$auth_url" stat exists \
+    --interval-ms 500
+expect 2 'coordinated needs --consumers' "$BUILD/sluice-ctl" --redis "$auth_url" create q2 \
+    --max-batches 4 --max-bytes 1M --coordinated
+expect 2 'unexpected argument .extra' "$BUILD/sluice-ctl" script push extra
+
 # Bad URL: port out of range. A usage or runtime error, but clear.
 expect 2 '99999|port' "$BUILD/sluice-ctl" --redis redis://h:99999 info q
 expect 2 '99999|port' "$BUILD/sluice-producer" --redis redis://h:99999 --queue q "${P[@]}"

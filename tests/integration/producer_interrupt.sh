@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A files-mode producer stopped by SIGINT while its batches wait for room
+# says plainly what became of them: how many are stored (confirmed by
+# Redis), how many are not (never sent, or refused for lack of room), and
+# never calls batches that were not sent "unconfirmed" or "dropped". The
+# counts add up to every batch of the input, and the stored ones are what
+# the queue holds.
+# shellcheck source=tests/lib/integration.sh
+. "$(dirname "$0")/../lib/integration.sh"
+need_bin sluice-ctl sluice-producer
+
+redis_tmp_start
+seq 1 500 >"$T/a.txt"
+seq 501 1000 >"$T/b.txt"
+# 1000 records in batches of 10: 100 batches; --inflight 1024 lets the
+# producer hold them all, so both files are read at once; the queue takes 4.
+ctl create q --max-batches 4 --max-bytes 1M >/dev/null || fail "create"
+bg "$T/out" "$T/err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue q --format lines \
+    --batch-size 10 --inflight 1024 "$T/a.txt" "$T/b.txt"
+pid=$BG_PID
+wait_for 20 held_is q 4 || fail "the queue never filled: $(cat "$T/err")"
+kill -INT "$pid"
+rc=0
+wait_pid "$pid" 20 || rc=$?
+((rc == 130)) || fail "exit $rc after SIGINT, expected 130: $(cat "$T/err")"
+note "stderr: $(cat "$T/err")"
+
+# check ERRFILE TOTAL: the interrupted line of ERRFILE tells the stored
+# batches (what the queue holds) and the ones not stored, by kind; with
+# TOTAL (not 0), they add up to it.
+check() {
+    local err=$1 total=$2 line stored held not_stored parts k kind
+    line=$(grep 'interrupted by SIGINT' "$err") || fail "no 'interrupted by SIGINT' line: $(cat "$err")"
+    if grep -qiE 'unconfirmed|dropped' "$err"; then
+        fail "says 'unconfirmed' or 'dropped': $(cat "$err")"
+    fi
+    stored=$(grep -oE '[0-9]+ batch(es)? stored in queue' <<<"$line" | grep -oE '^[0-9]+') ||
+        fail "no stored count: $line"
+    held=$(rcli HLEN 'sluice:{q}:dlv')
+    ((stored == held)) || fail "says $stored stored, the queue holds $held: $line"
+    not_stored=$(grep -oE '[0-9]+ batch(es)? not stored' <<<"$line" | grep -oE '^[0-9]+') ||
+        fail "no 'not stored' count: $line"
+    # The kinds of "not stored" add up to it.
+    parts=0
+    for kind in 'not sent' 'refused for lack of room' 'refused by Redis'; do
+        k=$(grep -oE "[0-9]+ $kind" <<<"$line" | grep -oE '^[0-9]+' || echo 0)
+        parts=$((parts + k))
+    done
+    ((parts == not_stored)) || fail "the kinds add up to $parts, not $not_stored: $line"
+    # Nothing was in flight without an answer: Redis stayed up.
+    if grep -q 'without an answer' <<<"$line"; then fail "batches without an answer: $line"; fi
+    if ((total > 0 && stored + not_stored != total)); then
+        fail "$stored stored + $not_stored not stored is not $total: $line"
+    fi
+    echo "ok: $line"
+}
+
+line=$(grep 'interrupted by SIGINT' "$T/err") || fail "no 'interrupted by SIGINT' line"
+[[ $line == *"2 of 2 files read to the end"* ]] || fail "files read not told: $line"
+check "$T/err" 100
+
+# A long file: the producer is stopped while its pushes wait for room,
+# with the rest of the file not read (a push cut short counts as not sent).
+ctl delete q >/dev/null && ctl create q --max-batches 4 --max-bytes 1M >/dev/null ||
+    fail "create again"
+seq 1 200000 >"$T/big.txt"
+bg "$T/out2" "$T/err2" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue q --format lines \
+    --batch-size 10 "$T/big.txt"
+pid=$BG_PID
+wait_for 20 held_is q 4 || fail "the queue never filled: $(cat "$T/err2")"
+kill -INT "$pid"
+rc=0
+wait_pid "$pid" 20 || rc=$?
+((rc == 130)) || fail "exit $rc after SIGINT, expected 130: $(cat "$T/err2")"
+grep -q '0 of 1 files read to the end' "$T/err2" || fail "files read: $(cat "$T/err2")"
+check "$T/err2" 0
