@@ -56,8 +56,11 @@ check() {
 }
 
 line=$(grep 'interrupted by SIGINT' "$T/err") || fail "no 'interrupted by SIGINT' line"
-[[ $line == *"2 of 2 files read to the end"* ]] || fail "files read not told: $line"
-check "$T/err" 100
+# Both files are read at once, but a loaded machine may stop the producer
+# before it has read them to the end: the sum over all 100 batches holds
+# only when it says it did.
+[[ $line =~ ([0-2])\ of\ 2\ files\ read\ to\ the\ end ]] || fail "files read not told: $line"
+if [[ ${BASH_REMATCH[1]} == 2 ]]; then check "$T/err" 100; else check "$T/err" 0; fi
 
 # A long file: the producer is stopped while its pushes wait for room,
 # with the rest of the file not read (a push cut short counts as not sent).
