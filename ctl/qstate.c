@@ -402,6 +402,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     if (!(h[H_META] = hgetall(x, q, k)))
         goto out;
     if (h[H_META]->elements == 0) {
+        x->missing = 1;
         ctl_print_noqueue(x, q);
         goto out;
     }
@@ -696,6 +697,7 @@ void qview_free(qview *v)
 int qview_read(ctl *x, qview *v)
 {
     memset(v, 0, sizeof *v);
+    x->missing = 0;
     if (!x->partitions)
         return qinfo_read(x, x->q, &v->all);
     int P = x->partitions;
