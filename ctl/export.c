@@ -290,6 +290,7 @@ typedef struct ctl_metrics {
     pthread_mutex_t lock;
     sluicei_mtext text;          /* the last snapshot's exposition; guarded by lock */
     int failing;                 /* refresher: the last read failed */
+    char why[256];               /* refresher: why (what /readyz says) */
     int64_t next_try_ms;         /* refresher: after failures, back off until then */
     int backoff_ms;
 } ctl_metrics;
@@ -298,13 +299,16 @@ typedef struct ctl_metrics {
 
 /* Refresher thread: reads the queue and replaces the served text. After a
  * failure it serves sluice_up 0 and retries with a doubling pause (up to
- * 30 s), so that a lost Redis costs one error line per attempt. */
-static void ctl_metrics_refresh(void *arg)
+ * 30 s), so that a lost Redis costs one error line per attempt. Returns
+ * whether the last read worked (/readyz), else why not. */
+static int ctl_metrics_refresh(void *arg, char *why, size_t whylen)
 {
     ctl_metrics *m = arg;
     int64_t now = sluicei_now_ms();
-    if (m->failing && now < m->next_try_ms)
-        return;
+    if (m->failing && now < m->next_try_ms) {
+        snprintf(why, whylen, "%s", m->why);
+        return 0;
+    }
     sluicei_mtext t = {0};
     qview v;
     memset(&v, 0, sizeof v);
@@ -316,6 +320,12 @@ static void ctl_metrics_refresh(void *arg)
     qview_free(&v);
     if (!ok) {
         const char *const lab[] = {"queue", m->q, NULL};
+        const char *last = sluicei_router_errstr(m->x->r);
+        if (m->x->missing)
+            snprintf(m->why, sizeof m->why, "queue '%s' does not exist", m->q);
+        else
+            snprintf(m->why, sizeof m->why, "reading queue '%s' from Redis failed%s%s", m->q,
+                     last && *last ? ": " : "", last && *last ? last : "");
         sluicei_mtext_free(&t);
         sluicei_mtext_family(&t, "sluice_up", "gauge",
                              "1 when the last read of the queue from Redis succeeded, else 0.");
@@ -328,15 +338,17 @@ static void ctl_metrics_refresh(void *arg)
         fprintf(stderr, "sluice-ctl: metrics: reading queue '%s' works again\n", m->q);
     }
     m->failing = !ok;
+    snprintf(why, whylen, "%s", ok ? "" : m->why);
     if (t.failed) {   /* out of memory: keep serving the previous text */
         sluicei_mtext_free(&t);
-        return;
+        return ok;
     }
     pthread_mutex_lock(&m->lock);
     sluicei_mtext old = m->text;
     m->text = t;
     pthread_mutex_unlock(&m->lock);
     sluicei_mtext_free(&old);
+    return ok;
 }
 
 /* Server thread: the last snapshot. */
@@ -349,7 +361,7 @@ static void ctl_metrics_render(sluicei_mtext *out, void *arg)
 }
 
 /* sluice-ctl metrics: reads the queue once (a missing queue is an error
- * before anything listens), then serves /metrics and /healthz on addr,
+ * before anything listens), then serves /metrics, /healthz and /readyz on addr,
  * refreshed every interval_ms by a thread with this connection, until
  * SIGINT or SIGTERM. */
 int export_run(ctl *x, const char *addr, long long interval_ms)
@@ -367,7 +379,8 @@ int export_run(ctl *x, const char *addr, long long interval_ms)
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, &old);
 
-    ctl_metrics_refresh(&m);
+    char why[256];
+    ctl_metrics_refresh(&m, why, sizeof why);
     if (m.failing)
         goto out;   /* the reason is printed */
     char err[512];
