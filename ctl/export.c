@@ -179,6 +179,37 @@ static void partition_metrics(sluicei_mtext *t, const qview *v)
     }
 }
 
+/* Epochs exported around the open one: this many ended epochs before
+ * it, and up to this many after it that have started (producers run
+ * ahead of the trainers). */
+#define EXPORT_EPOCHS_AROUND 3
+
+/* The epochs whose sluice_epoch_* series are exported: [*lo, *hi), the
+ * open epoch (the lowest whose end is not posted), the
+ * EXPORT_EPOCHS_AROUND before it and as many after it; of those after it
+ * only the started ones (epoch_shown). A finished job: its last
+ * EXPORT_EPOCHS_AROUND epochs. So at most 2 x EXPORT_EPOCHS_AROUND + 1
+ * epochs, however many the job has. */
+static void export_epochs(const qinfo *in, long long *lo, long long *hi)
+{
+    long long open = in->job.present ? in->job.epoch_open : 0;
+    if (open > in->epochs)
+        open = in->epochs;
+    *lo = open - EXPORT_EPOCHS_AROUND < 0 ? 0 : open - EXPORT_EPOCHS_AROUND;
+    *hi = open + EXPORT_EPOCHS_AROUND + 1 > in->epochs ? in->epochs
+                                                        : open + EXPORT_EPOCHS_AROUND + 1;
+}
+
+/* Whether epoch e of the window is exported: up to the open one, always;
+ * after it, once a task of it finished, a batch of it was pushed or its
+ * end was posted. */
+static int epoch_shown(const qinfo *in, long long e)
+{
+    const epoch_info *x = &in->ep[e];
+    long long open = in->job.present ? in->job.epoch_open : 0;
+    return e <= open || x->finished || x->pushed || x->ended || x->ready;
+}
+
 /* Everything sluice-ctl metrics serves, from one snapshot. */
 static void queue_metrics(sluicei_mtext *t, const qview *v)
 {
@@ -241,7 +272,11 @@ static void queue_metrics(sluicei_mtext *t, const qview *v)
         }
     }
 
-    /* Per epoch (a queue without a job: epoch 0 only). */
+    /* Per epoch (a queue without a job: epoch 0 only), a window around
+     * the open one (export_epochs): a long job does not grow a series
+     * per epoch. */
+    long long elo, ehi;
+    export_epochs(in, &elo, &ehi);
     const struct {
         const char *name, *type, *help;
         size_t off;
@@ -260,7 +295,9 @@ static void queue_metrics(sluicei_mtext *t, const qview *v)
     };
     for (size_t m = 0; m < sizeof per_epoch / sizeof per_epoch[0]; m++) {
         sluicei_mtext_family(t, per_epoch[m].name, per_epoch[m].type, per_epoch[m].help);
-        for (long long e = 0; e < in->epochs; e++) {
+        for (long long e = elo; e < ehi; e++) {
+            if (!epoch_shown(in, e))
+                continue;
             char es[24];
             snprintf(es, sizeof es, "%lld", e);
             const char *const l[] = {"queue", in->q, "epoch", es, NULL};
@@ -271,7 +308,9 @@ static void queue_metrics(sluicei_mtext *t, const qview *v)
     }
     sluicei_mtext_family(t, "sluice_epoch_end_posted", "gauge",
                          "1 once the end of the epoch is posted (every task done or failed).");
-    for (long long e = 0; e < in->epochs; e++) {
+    for (long long e = elo; e < ehi; e++) {
+        if (!epoch_shown(in, e))
+            continue;
         char es[24];
         snprintf(es, sizeof es, "%lld", e);
         const char *const l[] = {"queue", in->q, "epoch", es, NULL};
