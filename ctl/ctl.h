@@ -168,6 +168,8 @@ typedef struct qinfo {
     failed_task *failed;
     size_t nfailed;
     ctl_fields towner, crank;   /* task -> producer; consumer -> rank */
+    ctl_fields pgone, cgone;    /* pstats_gone, cstats_gone: the counters of the producers
+                                   and consumers that left, added up; 'left': how many */
     peer *prod, *cons;
     size_t nprod, ncons;
 } qinfo;

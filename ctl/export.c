@@ -106,6 +106,17 @@ static void peers_metrics(sluicei_mtext *t, const qinfo *in, int producer)
                                  (double)ps[i].pending);
         }
     }
+    /* Those that left: how many, and their counters added up in one
+     * series per counter (label left="1" instead of the id), so that a
+     * sum over a family does not drop when a peer leaves. */
+    const ctl_fields *gone = producer ? &in->pgone : &in->cgone;
+    const char *const ql[] = {"queue", in->q, NULL};
+    const char *const gl[] = {"queue", in->q, "left", "1", NULL};
+    snprintf(name, sizeof name, "sluice_%ss_left", kind);
+    snprintf(help, sizeof help, "%s that left the queue's registry (closed, or silent for a "
+             "lease).", producer ? "Producers" : "Consumers");
+    sluicei_mtext_family(t, name, "gauge", help);
+    sluicei_mtext_sample(t, name, ql, (double)ctl_fields_num(gone, "left"));
     for (size_t m = 0; m < npm; m++) {
         sluicei_mtext_family(t, pm[m].name, pm[m].type, pm[m].help);
         for (size_t i = 0; i < n; i++) {
@@ -115,6 +126,9 @@ static void peers_metrics(sluicei_mtext *t, const qinfo *in, int producer)
             peer_labels(lab, in, &ps[i], producer);
             sluicei_mtext_sample(t, pm[m].name, lab, (double)ctl_num(v) * pm[m].scale);
         }
+        if (strcmp(pm[m].type, "counter") == 0 && ctl_fields_get(gone, "left"))
+            sluicei_mtext_sample(t, pm[m].name, gl,
+                                 (double)ctl_fields_num(gone, pm[m].field) * pm[m].scale);
     }
 }
 

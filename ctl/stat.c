@@ -248,10 +248,28 @@ static void stat_peers_text(FILE *f, const qinfo *in, const stat_hist *h, int pr
     const peer *ps = producer ? in->prod : in->cons;
     size_t n = producer ? in->nprod : in->ncons;
     size_t alive = qstate_alive(ps, n, in->lease_ms);
+    const ctl_fields *gone = producer ? &in->pgone : &in->cgone;
     fprintf(f, "%s  %zu alive", producer ? "producers" : "consumers", alive);
     if (n > alive)
         fprintf(f, ", %zu silent", n - alive);
+    if (ctl_fields_num(gone, "left") > 0)
+        fprintf(f, ", %lld left", ctl_fields_num(gone, "left"));
     fputc('\n', f);
+    if (ctl_fields_num(gone, "left") > 0) {
+        /* Their counters, folded into one line when they left. */
+        char bytes[32];
+        fmt_bytes(bytes, sizeof bytes, (double)ctl_fields_num(gone, "bytes"));
+        double blocked = (double)ctl_fields_num(gone, "blocked_us") / 1e6;
+        if (producer)
+            fprintf(f, "  (left)  batches %lld  %s  backpressure %.1f s  tasks %lld done, "
+                    "%lld failed\n", ctl_fields_num(gone, "batches"), bytes, blocked,
+                    ctl_fields_num(gone, "tasks_done"), ctl_fields_num(gone, "tasks_failed"));
+        else
+            fprintf(f, "  (left)  batches %lld  %s  blocked in next() %.1f s  redelivered %lld"
+                    "  duplicates %lld  invalid %lld\n", ctl_fields_num(gone, "batches"), bytes,
+                    blocked, ctl_fields_num(gone, "redelivered"),
+                    ctl_fields_num(gone, "duplicates"), ctl_fields_num(gone, "invalid"));
+    }
     for (size_t i = 0; i < n; i++) {
         const peer *p = &ps[i];
         const ctl_fields *s = &p->stats;
@@ -430,6 +448,9 @@ static void stat_json(const qview *v, const stat_hist *h)
     info_json_job(&w, in);
     info_json_peers(&w, "producers", in->prod, in->nprod, 1, in->lease_ms);
     info_json_peers(&w, "consumers", in->cons, in->ncons, 0, in->lease_ms);
+    /* The counters of those that left the registries, added up. */
+    info_json_hash(&w, "producers_left", &in->pgone);
+    info_json_hash(&w, "consumers_left", &in->cgone);
     /* Per peer: blocked time / wall time over the window (share_update). */
     json_object_begin(&w, "blocked_share");
     for (int producer = 1; producer >= 0; producer--) {
@@ -498,6 +519,7 @@ static uint64_t fnv_qinfo(uint64_t h, const qinfo *in)
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
         h = fnv_num(h, nums[i]);
     h = fnv_str(fnv_fields(h, &in->stats), in->job.state);
+    h = fnv_fields(fnv_fields(h, &in->pgone), &in->cgone);
     for (long long e = 0; e < in->epochs && in->ep; e++)
         h = fnv_bytes(h, &in->ep[e], sizeof in->ep[e]);
     for (int producer = 0; producer < 2; producer++) {
