@@ -256,7 +256,8 @@ local function unfold_stats(kind, id, tok)
   if h.tok ~= tok then return end
   local gone = pre .. kind .. 'stats_gone'
   for f, x in pairs(h) do
-    if f ~= 'tok' then redis.call('HINCRBY', gone, f, '-' .. x) end
+    -- ('-0' is no integer to Redis.)
+    if f ~= 'tok' and x ~= '0' then redis.call('HINCRBY', gone, f, '-' .. x) end
   end
   redis.call('HINCRBY', gone, 'left', -1)
 end
@@ -275,13 +276,15 @@ local function drop_consumer(cid, reaped)
   fold_stats('c', cid, reaped and tok or nil)
 end
 
--- Unregisters every producer silent for longer than lease ms (dead, or
--- frozen: one that comes back registers again), its counters folded.
--- Its tasks are not touched: their own leases bring them back.
+-- Unregisters every producer silent for longer than the queue's lease
+-- and at least 5 s (a producer beats every second: five beats missed),
+-- dead or frozen (one that comes back registers again), its counters
+-- folded. Its tasks are not touched: their own leases bring them back.
 local function reap_producers(now, lease)
   local seen = redis.call('HGETALL', pre .. 'producers')
+  local age = math.max(lease, 5000)
   for i = 1, #seen, 2 do
-    if tonumber(seen[i + 1]) + lease < now then
+    if tonumber(seen[i + 1]) + age < now then
       redis.call('HDEL', pre .. 'producers', seen[i])
       fold_stats('p', seen[i], redis.call('HGET', pre .. 'ptoken', seen[i]) or '')
       redis.call('HDEL', pre .. 'ptoken', seen[i])
