@@ -14,6 +14,9 @@
 #    No consumer is left in consumers, ctoken, crank or cstats:*, the
 #    folded batches equal what stat showed before the prune, and sluice-ctl
 #    metrics exports no consumer series but the left="1" ones.
+#  - a producer frozen (SIGSTOP) past 5 s is pruned, and registered again
+#    when it goes on (SIGCONT), its folded counters taken out again; so is
+#    a consumer frozen past its lease, reaped, then told it lost its lease.
 #  - the job of the queue ends: every producer left, the registry is
 #    empty, pstats_gone holds every batch pushed.
 # shellcheck source=tests/lib/integration.sh
@@ -126,12 +129,47 @@ for h in ctoken crank; do
 done
 [[ -z $(rcli --scan --pattern "$(k 'cstats:*')") ]] || fail "cstats:* left: $(rcli --scan --pattern "$(k 'cstats:*')")"
 [[ $(csum) == "$before" ]] || fail "consumers' batches $before before the reap, $(csum) after"
-[[ $(rcli HGET "$(k cstats_gone)" left) == 12 ]] || fail "cstats_gone left $(rcli HGET "$(k cstats_gone)" left)"
+[[ $(num cstats_gone left) == 12 ]] || fail "cstats_gone left $(rcli HGET "$(k cstats_gone)" left)"
 wait_for 10 eval 'scrape >"$T/m2.txt" 2>/dev/null && grep -q "^sluice_consumers_left{queue=\"churn\"} 12$" "$T/m2.txt"' ||
     fail "sluice_consumers_left is not 12"
 grep -q '^sluice_consumer_alive{' "$T/m2.txt" && fail "consumer series of consumers that left"
 [[ $(awk '/^sluice_consumer_batches_total\{/ { s += $NF } END { print s }' "$T/m2.txt") == "$before" ]] ||
     fail "exported consumers' batches differ from $before"
+
+note "a producer and a consumer frozen past their leases come back"
+kill -STOP "${P[12]}"
+wait_for 20 eval '[[ $(rcli EXISTS "$(k pgone:p-12)") == 1 ]]' || fail "frozen p-12 not pruned"
+[[ $(num pstats_gone left) == 13 && $(pstats_sum) == "$(num stats pushed)" ]] ||
+    fail "p-12 pruned: left $(num pstats_gone left), batches $(pstats_sum), pushed $(num stats pushed)"
+kill -CONT "${P[12]}"
+back() {
+    [[ -n $(rcli HGET "$(k producers)" p-12) && $(rcli EXISTS "$(k pgone:p-12)") == 0 &&
+       $(num pstats_gone left) == 12 ]]
+}
+wait_for 10 back || fail "p-12 back: registered '$(rcli HGET "$(k producers)" p-12)', left $(num pstats_gone left)"
+[[ $(pstats_sum) == "$(num stats pushed)" ]] || fail "after p-12 came back: $(pstats_sum) batches"
+bg "$T/hf.out" "$T/hf.err" "$BUILD/hold" --redis "$REDIS_URL" --queue "$q" --count 1 --prefetch 1
+hf=$BG_PID
+wait_for 20 in_file "$T/hf.out" "^held 1" || fail "the consumer to freeze got no batch: $(cat "$T/hf.err")"
+wait_for 10 published || true
+wait_for 10 eval '[[ $(rcli HLEN "$(k consumers)") == 1 ]]' || fail "no consumer registered"
+cf=$(rcli HKEYS "$(k consumers)")
+wait_for 10 eval '[[ -n $(rcli HGET "$(k "cstats:$cf")" batches) ]]' || fail "$cf published nothing"
+before=$(csum)
+kill -STOP "$hf"
+wait_for 10 eval 'ctl reap "$q" >/dev/null && [[ $(rcli EXISTS "$(k "cgone:$cf")") == 1 ]]' ||
+    fail "frozen consumer $cf not reaped"
+[[ $(num cstats_gone left) == 13 && $(csum) == "$before" ]] || fail "$cf reaped: $(csum) batches, $before before"
+kill -CONT "$hf"
+# Told its lease was lost, it registers again: its counters are its own again.
+cback() {
+    [[ -n $(rcli HGET "$(k consumers)" "$cf") && $(rcli EXISTS "$(k "cgone:$cf")") == 0 &&
+       $(num cstats_gone left) == 12 ]]
+}
+wait_for 15 cback || fail "$cf back: registered '$(rcli HGET "$(k consumers)" "$cf")', left $(num cstats_gone left)"
+kill -KILL "$hf"
+wait_for 10 eval 'ctl reap "$q" >/dev/null && [[ $(rcli HLEN "$(k consumers)") == 0 ]]' ||
+    fail "$cf not reaped after its kill"
 
 note "the rest of the queue drained: every producer leaves"
 "$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" --timeout-ms 3000 --quiet >/dev/null \
