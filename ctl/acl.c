@@ -40,9 +40,10 @@ static const char *const admin_cmds[] = {"scan", "blpop", "mset", "blmove", "cli
 
 /* The families a producer writes freely. */
 static const char *const producer_keys[] = {
-    "producers", "pstats:*", "ptoken", "pstats_gone", "pgone:*", "in:*", "room", "task_wake", "jrun", "stats", "estats",
-    "bytes", "tasks:*", "tlease", "towner", "tattempts", "tcrashes", "terr", "tbatches",
-    "tresume", "trun", "failed", "edone", "eof", "redo", "stage:*", "dropped",
+    "producers", "pstats:*", "ptoken", "pstats_gone", "pgone:*", "in:*", "room", "task_wake",
+    "jrun", "stats", "estats", "bytes", "tasks:*", "tlease", "towner", "tattempts", "tcrashes",
+    "terr", "tbatches", "tresume", "trun", "failed", "edone", "eof", "redo", "stage:*",
+    "dropped",
 };
 /* A consumer's: everything but the admin's (meta, job, taskdef, jstage,
  * deleting) and the producers' own (producers, pstats:, ptoken,
