@@ -40,19 +40,22 @@ static const char *const admin_cmds[] = {"scan", "blpop", "mset", "blmove", "cli
 
 /* The families a producer writes freely. */
 static const char *const producer_keys[] = {
-    "producers", "pstats:*", "in:*", "room", "task_wake", "jrun", "stats", "estats",
-    "bytes", "tasks:*", "tlease", "towner", "tattempts", "tcrashes", "terr", "tbatches",
-    "tresume", "trun", "failed", "edone", "eof", "redo", "stage:*", "dropped",
+    "producers", "pstats:*", "ptoken", "pstats_gone", "pgone:*", "in:*", "room", "task_wake",
+    "jrun", "stats", "estats", "bytes", "tasks:*", "tlease", "towner", "tattempts", "tcrashes",
+    "terr", "tbatches", "tresume", "trun", "failed", "edone", "eof", "redo", "stage:*",
+    "dropped",
 };
 /* A consumer's: everything but the admin's (meta, job, taskdef, jstage,
- * deleting) and the producers' own (producers, pstats:, in:). */
+ * deleting) and the producers' own (producers, pstats:, ptoken,
+ * pstats_gone, pgone:, in:). */
 static const char *const consumer_keys[] = {
-    "consumers", "cstats:*", "ctoken", "crank", "rholder", "pending:*", "ready:*",
-    "stage:*", "b:*", "dlv", "bytes", "acked:*", "bitmaps", "dead", "deadinfo", "deadb:*",
-    "recover", "recover_pause", "runid", "redo", "stats", "estats", "room", "task_wake",
-    "jrun", "tasks:*", "tlease", "towner", "tattempts", "tcrashes", "terr", "tbatches",
-    "tresume", "trun", "failed", "edone", "eof", "dropped", "ret:*", "retained",
-    "retained_bytes", "cowners", "ckpt:*", "ckpts:*", "clog:*", "cseg:*", "cdrop:*",
+    "consumers", "cstats:*", "cstats_gone", "cgone:*", "ctoken", "crank", "rholder",
+    "pending:*", "ready:*", "stage:*", "b:*", "dlv", "bytes", "acked:*", "bitmaps", "dead",
+    "deadinfo", "deadb:*", "recover", "recover_pause", "runid", "redo", "stats", "estats",
+    "room", "task_wake", "jrun", "tasks:*", "tlease", "towner", "tattempts", "tcrashes",
+    "terr", "tbatches", "tresume", "trun", "failed", "edone", "eof", "dropped", "ret:*",
+    "retained", "retained_bytes", "cowners", "ckpt:*", "ckpts:*", "clog:*", "cseg:*",
+    "cdrop:*",
 };
 
 typedef sluicei_mtext out;

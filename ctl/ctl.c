@@ -46,6 +46,7 @@ int ctl_discover(ctl *x)
     int partitions = 0;
     char err[1024];
     sluice_err e = sluicei_queue_partitions(x->r, x->q, &partitions, err, sizeof err);
+    x->missing = e == SLUICE_ERR_NOQUEUE;
     if (e == SLUICE_ERR_NOQUEUE) {
         fprintf(stderr, "sluice-ctl: queue '%s' does not exist (create it with: sluice-ctl create "
                 "%s)\n", x->q, x->q);

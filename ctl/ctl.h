@@ -35,6 +35,9 @@ typedef struct ctl {
     char (*names)[PART_NAME_MAX];  /* partitions ? "Q#p" : [0] = "Q"; owned */
     int retry_ms;                  /* how long a command is sent again after a lost
                                       connection or a cluster redirect */
+    int missing;                   /* set when the last qview_read() or ctl_discover()
+                                      failed because the queue (or a partition of it)
+                                      does not exist; cleared when one works */
 } ctl;
 
 /* The partitions of x (1 for a plain queue), and the queue name of
@@ -48,8 +51,8 @@ int ctl_set_partitions(ctl *x, int partitions);
 
 /* Finds out whether x->q is plain or partitioned (again, after a failed
  * read: stat and metrics follow a queue deleted and created anew).
- * Returns 0, or SLUICEI_EXIT_RUNTIME (printed: missing queue, Redis
- * error). */
+ * Returns 0, or SLUICEI_EXIT_RUNTIME (printed: missing queue, which sets
+ * x->missing, Redis error). */
 int ctl_discover(ctl *x);
 
 /* Prints "sluice-ctl: WHAT: <error>[: DETAIL]"; returns SLUICEI_EXIT_RUNTIME. */
@@ -165,6 +168,8 @@ typedef struct qinfo {
     failed_task *failed;
     size_t nfailed;
     ctl_fields towner, crank;   /* task -> producer; consumer -> rank */
+    ctl_fields pgone, cgone;    /* pstats_gone, cstats_gone: the counters of the producers
+                                   and consumers that left, added up; 'left': how many */
     peer *prod, *cons;
     size_t nprod, ncons;
 } qinfo;
@@ -241,6 +246,7 @@ int reap_run(ctl *x);
 
 typedef struct stat_opts {
     int watch, json;
+    int follow;               /* --watch goes on after the job finishes */
     long long interval_ms;
 } stat_opts;
 

@@ -106,6 +106,17 @@ static void peers_metrics(sluicei_mtext *t, const qinfo *in, int producer)
                                  (double)ps[i].pending);
         }
     }
+    /* Those that left: how many, and their counters added up in one
+     * series per counter (label left="1" instead of the id), so that a
+     * sum over a family does not drop when a peer leaves. */
+    const ctl_fields *gone = producer ? &in->pgone : &in->cgone;
+    const char *const ql[] = {"queue", in->q, NULL};
+    const char *const gl[] = {"queue", in->q, "left", "1", NULL};
+    snprintf(name, sizeof name, "sluice_%ss_left", kind);
+    snprintf(help, sizeof help, "%s that left the queue's registry (closed, or silent for a "
+             "lease).", producer ? "Producers" : "Consumers");
+    sluicei_mtext_family(t, name, "gauge", help);
+    sluicei_mtext_sample(t, name, ql, (double)ctl_fields_num(gone, "left"));
     for (size_t m = 0; m < npm; m++) {
         sluicei_mtext_family(t, pm[m].name, pm[m].type, pm[m].help);
         for (size_t i = 0; i < n; i++) {
@@ -115,6 +126,9 @@ static void peers_metrics(sluicei_mtext *t, const qinfo *in, int producer)
             peer_labels(lab, in, &ps[i], producer);
             sluicei_mtext_sample(t, pm[m].name, lab, (double)ctl_num(v) * pm[m].scale);
         }
+        if (strcmp(pm[m].type, "counter") == 0 && ctl_fields_get(gone, "left"))
+            sluicei_mtext_sample(t, pm[m].name, gl,
+                                 (double)ctl_fields_num(gone, pm[m].field) * pm[m].scale);
     }
 }
 
@@ -179,6 +193,37 @@ static void partition_metrics(sluicei_mtext *t, const qview *v)
     }
 }
 
+/* Epochs exported around the open one: this many ended epochs before
+ * it, and up to this many after it that have started (producers run
+ * ahead of the trainers). */
+#define EXPORT_EPOCHS_AROUND 3
+
+/* The epochs whose sluice_epoch_* series are exported: [*lo, *hi), the
+ * open epoch (the lowest whose end is not posted), the
+ * EXPORT_EPOCHS_AROUND before it and as many after it; of those after it
+ * only the started ones (epoch_shown). A finished job: its last
+ * EXPORT_EPOCHS_AROUND epochs. So at most 2 x EXPORT_EPOCHS_AROUND + 1
+ * epochs, however many the job has. */
+static void export_epochs(const qinfo *in, long long *lo, long long *hi)
+{
+    long long open = in->job.present ? in->job.epoch_open : 0;
+    if (open > in->epochs)
+        open = in->epochs;
+    *lo = open - EXPORT_EPOCHS_AROUND < 0 ? 0 : open - EXPORT_EPOCHS_AROUND;
+    *hi = open + EXPORT_EPOCHS_AROUND + 1 > in->epochs ? in->epochs
+                                                        : open + EXPORT_EPOCHS_AROUND + 1;
+}
+
+/* Whether epoch e of the window is exported: up to the open one, always;
+ * after it, once a task of it finished, a batch of it was pushed or its
+ * end was posted. */
+static int epoch_shown(const qinfo *in, long long e)
+{
+    const epoch_info *x = &in->ep[e];
+    long long open = in->job.present ? in->job.epoch_open : 0;
+    return e <= open || x->finished || x->pushed || x->ended || x->ready;
+}
+
 /* Everything sluice-ctl metrics serves, from one snapshot. */
 static void queue_metrics(sluicei_mtext *t, const qview *v)
 {
@@ -241,7 +286,11 @@ static void queue_metrics(sluicei_mtext *t, const qview *v)
         }
     }
 
-    /* Per epoch (a queue without a job: epoch 0 only). */
+    /* Per epoch (a queue without a job: epoch 0 only), a window around
+     * the open one (export_epochs): a long job does not grow a series
+     * per epoch. */
+    long long elo, ehi;
+    export_epochs(in, &elo, &ehi);
     const struct {
         const char *name, *type, *help;
         size_t off;
@@ -260,7 +309,9 @@ static void queue_metrics(sluicei_mtext *t, const qview *v)
     };
     for (size_t m = 0; m < sizeof per_epoch / sizeof per_epoch[0]; m++) {
         sluicei_mtext_family(t, per_epoch[m].name, per_epoch[m].type, per_epoch[m].help);
-        for (long long e = 0; e < in->epochs; e++) {
+        for (long long e = elo; e < ehi; e++) {
+            if (!epoch_shown(in, e))
+                continue;
             char es[24];
             snprintf(es, sizeof es, "%lld", e);
             const char *const l[] = {"queue", in->q, "epoch", es, NULL};
@@ -271,7 +322,9 @@ static void queue_metrics(sluicei_mtext *t, const qview *v)
     }
     sluicei_mtext_family(t, "sluice_epoch_end_posted", "gauge",
                          "1 once the end of the epoch is posted (every task done or failed).");
-    for (long long e = 0; e < in->epochs; e++) {
+    for (long long e = elo; e < ehi; e++) {
+        if (!epoch_shown(in, e))
+            continue;
         char es[24];
         snprintf(es, sizeof es, "%lld", e);
         const char *const l[] = {"queue", in->q, "epoch", es, NULL};
@@ -290,6 +343,7 @@ typedef struct ctl_metrics {
     pthread_mutex_t lock;
     sluicei_mtext text;          /* the last snapshot's exposition; guarded by lock */
     int failing;                 /* refresher: the last read failed */
+    char why[256];               /* refresher: why (what /readyz says) */
     int64_t next_try_ms;         /* refresher: after failures, back off until then */
     int backoff_ms;
 } ctl_metrics;
@@ -298,13 +352,16 @@ typedef struct ctl_metrics {
 
 /* Refresher thread: reads the queue and replaces the served text. After a
  * failure it serves sluice_up 0 and retries with a doubling pause (up to
- * 30 s), so that a lost Redis costs one error line per attempt. */
-static void ctl_metrics_refresh(void *arg)
+ * 30 s), so that a lost Redis costs one error line per attempt. Returns
+ * whether the last read worked (/readyz), else why not. */
+static int ctl_metrics_refresh(void *arg, char *why, size_t whylen)
 {
     ctl_metrics *m = arg;
     int64_t now = sluicei_now_ms();
-    if (m->failing && now < m->next_try_ms)
-        return;
+    if (m->failing && now < m->next_try_ms) {
+        snprintf(why, whylen, "%s", m->why);
+        return 0;
+    }
     sluicei_mtext t = {0};
     qview v;
     memset(&v, 0, sizeof v);
@@ -316,6 +373,12 @@ static void ctl_metrics_refresh(void *arg)
     qview_free(&v);
     if (!ok) {
         const char *const lab[] = {"queue", m->q, NULL};
+        const char *last = sluicei_router_errstr(m->x->r);
+        if (m->x->missing)
+            snprintf(m->why, sizeof m->why, "queue '%s' does not exist", m->q);
+        else
+            snprintf(m->why, sizeof m->why, "reading queue '%s' from Redis failed%s%s", m->q,
+                     last && *last ? ": " : "", last && *last ? last : "");
         sluicei_mtext_free(&t);
         sluicei_mtext_family(&t, "sluice_up", "gauge",
                              "1 when the last read of the queue from Redis succeeded, else 0.");
@@ -328,15 +391,17 @@ static void ctl_metrics_refresh(void *arg)
         fprintf(stderr, "sluice-ctl: metrics: reading queue '%s' works again\n", m->q);
     }
     m->failing = !ok;
+    snprintf(why, whylen, "%s", ok ? "" : m->why);
     if (t.failed) {   /* out of memory: keep serving the previous text */
         sluicei_mtext_free(&t);
-        return;
+        return ok;
     }
     pthread_mutex_lock(&m->lock);
     sluicei_mtext old = m->text;
     m->text = t;
     pthread_mutex_unlock(&m->lock);
     sluicei_mtext_free(&old);
+    return ok;
 }
 
 /* Server thread: the last snapshot. */
@@ -349,7 +414,7 @@ static void ctl_metrics_render(sluicei_mtext *out, void *arg)
 }
 
 /* sluice-ctl metrics: reads the queue once (a missing queue is an error
- * before anything listens), then serves /metrics and /healthz on addr,
+ * before anything listens), then serves /metrics, /healthz and /readyz on addr,
  * refreshed every interval_ms by a thread with this connection, until
  * SIGINT or SIGTERM. */
 int export_run(ctl *x, const char *addr, long long interval_ms)
@@ -367,7 +432,8 @@ int export_run(ctl *x, const char *addr, long long interval_ms)
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, &old);
 
-    ctl_metrics_refresh(&m);
+    char why[256];
+    ctl_metrics_refresh(&m, why, sizeof why);
     if (m.failing)
         goto out;   /* the reason is printed */
     char err[512];

@@ -151,6 +151,8 @@ static void qinfo_free(qinfo *in)
     fields_free(&in->stats);
     fields_free(&in->towner);
     fields_free(&in->crank);
+    fields_free(&in->pgone);
+    fields_free(&in->cgone);
     free(in->job.state);
     free(in->job.seed);
     for (size_t i = 0; i < in->nfailed; i++) {
@@ -299,11 +301,11 @@ static int read_peers(ctl *x, qinfo *in, const redisReply *h, int producers)
 
 /* The hashes read once and gone through (qinfo_read). */
 enum { H_META, H_STATS, H_JOB, H_JRUN, H_ESTATS, H_EDONE, H_EOF, H_TERR, H_TATTEMPTS,
-       H_TOWNER, H_PRODUCERS, H_CONSUMERS, H_CRANK, H_COUNT };
+       H_TOWNER, H_PRODUCERS, H_CONSUMERS, H_CRANK, H_PGONE, H_CGONE, H_COUNT };
 
 static const char *const hash_names[H_COUNT] = {
     "meta", "stats", "job", "jrun", "estats", "edone", "eof", "terr", "tattempts", "towner",
-    "producers", "consumers", "crank",
+    "producers", "consumers", "crank", "pstats_gone", "cstats_gone",
 };
 
 /* The fields of the job hash h and of its progress, r (jrun). Returns 0 or
@@ -402,6 +404,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     if (!(h[H_META] = hgetall(x, q, k)))
         goto out;
     if (h[H_META]->elements == 0) {
+        x->missing = 1;
         ctl_print_noqueue(x, q);
         goto out;
     }
@@ -460,6 +463,7 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
     }
     if (fields_of_reply(&in->meta, h[H_META]) || fields_of_reply(&in->stats, h[H_STATS]) ||
         fields_of_reply(&in->towner, h[H_TOWNER]) || fields_of_reply(&in->crank, h[H_CRANK]) ||
+        fields_of_reply(&in->pgone, h[H_PGONE]) || fields_of_reply(&in->cgone, h[H_CGONE]) ||
         read_job(&in->job, h[H_JOB], h[H_JRUN]) || read_failed(in, failed, h)) {
         out_of_memory();
         goto out;
@@ -620,7 +624,8 @@ static int qinfo_merge(qinfo *all, const qinfo *parts, int P, const char *q)
         goto oom;
     for (int p = 0; p < P; p++) {
         const qinfo *in = &parts[p];
-        if (fields_merge(&all->meta, &in->meta, 0) || fields_merge(&all->stats, &in->stats, 1))
+        if (fields_merge(&all->meta, &in->meta, 0) || fields_merge(&all->stats, &in->stats, 1) ||
+            fields_merge(&all->pgone, &in->pgone, 1) || fields_merge(&all->cgone, &in->cgone, 1))
             goto oom;
         for (size_t i = 0; i < in->nfailed; i++) {
             failed_task *f = &all->failed[all->nfailed++];
@@ -646,6 +651,18 @@ static int qinfo_merge(qinfo *all, const qinfo *parts, int P, const char *q)
             all->epochs = in->epochs;
         if (in->server_ms > all->server_ms)
             all->server_ms = in->server_ms;
+    }
+    /* A peer works in every partition under one id and leaves each: the
+     * peers that left are the most any partition counts, not the sum. */
+    for (int kind = 0; kind < 2; kind++) {
+        ctl_fields *g = kind ? &all->cgone : &all->pgone;
+        long long most = 0;
+        for (int p = 0; p < P; p++) {
+            long long n = ctl_fields_num(kind ? &parts[p].cgone : &parts[p].pgone, "left");
+            most = n > most ? n : most;
+        }
+        if (ctl_fields_get(g, "left") && fields_put_num(g, "left", most))
+            goto oom;
     }
     all->ranks = parts[0].ranks;
     all->lease_ms = parts[0].lease_ms;
@@ -696,6 +713,7 @@ void qview_free(qview *v)
 int qview_read(ctl *x, qview *v)
 {
     memset(v, 0, sizeof *v);
+    x->missing = 0;
     if (!x->partitions)
         return qinfo_read(x, x->q, &v->all);
     int P = x->partitions;

@@ -2,7 +2,8 @@
  * give the push and ack rates and each producer's and consumer's share of
  * time blocked; a snapshot is printed as text (bars for the budgets, the
  * job's epochs, the peers, failed tasks, dead letters) or as one JSON
- * object a line; --watch redraws it in place until Ctrl-C. */
+ * object a line; --watch redraws it in place until the job finishes (or,
+ * with --follow, until Ctrl-C). */
 #include "ctl.h"
 #include "json.h"
 #include "num.h"
@@ -247,10 +248,28 @@ static void stat_peers_text(FILE *f, const qinfo *in, const stat_hist *h, int pr
     const peer *ps = producer ? in->prod : in->cons;
     size_t n = producer ? in->nprod : in->ncons;
     size_t alive = qstate_alive(ps, n, in->lease_ms);
+    const ctl_fields *gone = producer ? &in->pgone : &in->cgone;
     fprintf(f, "%s  %zu alive", producer ? "producers" : "consumers", alive);
     if (n > alive)
         fprintf(f, ", %zu silent", n - alive);
+    if (ctl_fields_num(gone, "left") > 0)
+        fprintf(f, ", %lld left", ctl_fields_num(gone, "left"));
     fputc('\n', f);
+    if (ctl_fields_num(gone, "left") > 0) {
+        /* Their counters, folded into one line when they left. */
+        char bytes[32];
+        fmt_bytes(bytes, sizeof bytes, (double)ctl_fields_num(gone, "bytes"));
+        double blocked = (double)ctl_fields_num(gone, "blocked_us") / 1e6;
+        if (producer)
+            fprintf(f, "  (left)  batches %lld  %s  backpressure %.1f s  tasks %lld done, "
+                    "%lld failed\n", ctl_fields_num(gone, "batches"), bytes, blocked,
+                    ctl_fields_num(gone, "tasks_done"), ctl_fields_num(gone, "tasks_failed"));
+        else
+            fprintf(f, "  (left)  batches %lld  %s  blocked in next() %.1f s  redelivered %lld"
+                    "  duplicates %lld  invalid %lld\n", ctl_fields_num(gone, "batches"), bytes,
+                    blocked, ctl_fields_num(gone, "redelivered"),
+                    ctl_fields_num(gone, "duplicates"), ctl_fields_num(gone, "invalid"));
+    }
     for (size_t i = 0; i < n; i++) {
         const peer *p = &ps[i];
         const ctl_fields *s = &p->stats;
@@ -349,7 +368,8 @@ static void stat_text(FILE *f, const qview *v, const stat_hist *h, const stat_op
     ctl_iso_time((long long)(sluicei_wall_us() / 1000u), when, sizeof when);
     fprintf(f, "queue '%s'  %s", in->q, when);
     if (o->watch)
-        fprintf(f, "  (every %.1f s; Ctrl-C quits)", (double)o->interval_ms / 1000.0);
+        fprintf(f, "  (every %.1f s%s; Ctrl-C quits)", (double)o->interval_ms / 1000.0,
+                o->follow ? "" : " until the job finishes");
     fputc('\n', f);
     long long maxn = in->max_batches, maxb = in->max_bytes;
     fprintf(f, "batches    ");
@@ -428,6 +448,9 @@ static void stat_json(const qview *v, const stat_hist *h)
     info_json_job(&w, in);
     info_json_peers(&w, "producers", in->prod, in->nprod, 1, in->lease_ms);
     info_json_peers(&w, "consumers", in->cons, in->ncons, 0, in->lease_ms);
+    /* The counters of those that left the registries, added up. */
+    info_json_hash(&w, "producers_left", &in->pgone);
+    info_json_hash(&w, "consumers_left", &in->cgone);
     /* Per peer: blocked time / wall time over the window (share_update). */
     json_object_begin(&w, "blocked_share");
     for (int producer = 1; producer >= 0; producer--) {
@@ -457,6 +480,79 @@ static void put_frame(const char *text, size_t len, int first)
     fputs("\033[J", stdout);
 }
 
+/* ---- what changed between snapshots (--watch to a pipe) ------------------ */
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static uint64_t fnv_str(uint64_t h, const char *s)
+{
+    /* The terminating NUL too: "ab","c" differs from "a","bc". */
+    return fnv_bytes(h, s ? s : "", s ? strlen(s) + 1 : 1);
+}
+
+static uint64_t fnv_num(uint64_t h, long long v)
+{
+    return fnv_bytes(h, &v, sizeof v);
+}
+
+static uint64_t fnv_fields(uint64_t h, const ctl_fields *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        h = fnv_str(fnv_str(h, f->f[i].name), f->f[i].value);
+    return fnv_num(h, (long long)f->n);
+}
+
+static uint64_t fnv_qinfo(uint64_t h, const qinfo *in)
+{
+    const long long nums[] = {in->held,     in->bytes,    in->ready,   in->pending,
+                              in->dead,     in->waiting,  in->claimed, in->done,
+                              in->epochs,   in->max_batches, in->max_bytes,
+                              (long long)in->nfailed, in->job.epoch_open};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        h = fnv_num(h, nums[i]);
+    h = fnv_str(fnv_fields(h, &in->stats), in->job.state);
+    h = fnv_fields(fnv_fields(h, &in->pgone), &in->cgone);
+    for (long long e = 0; e < in->epochs && in->ep; e++)
+        h = fnv_bytes(h, &in->ep[e], sizeof in->ep[e]);
+    for (int producer = 0; producer < 2; producer++) {
+        const peer *ps = producer ? in->prod : in->cons;
+        size_t n = producer ? in->nprod : in->ncons;
+        for (size_t i = 0; i < n; i++) {
+            h = fnv_str(fnv_str(h, ps[i].id), ps[i].extra);
+            h = fnv_num(fnv_num(h, ps[i].pending), ps[i].seen_ago_ms <= in->lease_ms);
+            h = fnv_fields(h, &ps[i].stats);
+        }
+    }
+    return h;
+}
+
+/* A digest of what a text snapshot shows apart from the clock: the time,
+ * the rates, "seen ... ago" and the blocked shares move on every refresh
+ * while the figures may stand still. */
+static uint64_t stat_digest(const qview *v)
+{
+    uint64_t h = fnv_qinfo(14695981039346656037ull, &v->all);
+    for (int p = 0; p < v->partitions; p++)
+        h = fnv_str(fnv_qinfo(h, &v->part[p]), v->node[p]);
+    return h;
+}
+
+/* The job of the snapshot is finished (every partition's, for a
+ * partitioned queue: qstate.c merges the states). */
+static int job_finished(const qview *v)
+{
+    const job_info *j = &v->all.job;
+    return j->present && j->state && strcmp(j->state, "finished") == 0;
+}
+
 /* Sleeps ms, waking early on a signal. */
 static void stat_sleep(long long ms)
 {
@@ -466,11 +562,15 @@ static void stat_sleep(long long ms)
 }
 
 /* sluice-ctl stat: one snapshot, or with --watch one every interval until
- * SIGINT/SIGTERM (exit 0). On a terminal the view is redrawn in place;
- * otherwise snapshots follow each other, separated by a blank line (JSON:
- * one object a line). A failed read ends a single snapshot with an error;
- * while watching, the view keeps trying (reconnecting) after it worked
- * once. */
+ * the job is finished (exit 0, after the snapshot that shows it) or the
+ * queue is deleted (exit 1, one line saying so); with --follow until
+ * SIGINT/SIGTERM, following a queue deleted and created anew. SIGINT and
+ * SIGTERM exit 0 in both. On a terminal the view is redrawn in place;
+ * otherwise a text snapshot is printed only when its figures differ from
+ * the last one printed (stat_digest), after a blank line; JSON: one object
+ * a line, every interval. A failed read ends a single snapshot with an
+ * error; while watching, the view keeps trying (reconnecting) after it
+ * worked once. */
 int stat_run(ctl *x, const stat_opts *o)
 {
     if (o->watch) {
@@ -483,7 +583,8 @@ int stat_run(ctl *x, const stat_opts *o)
     }
     int tty = o->watch && !o->json && isatty(STDOUT_FILENO);
     stat_hist h = {.push_rate = -1, .ack_rate = -1, .push_bps = -1, .ack_bps = -1};
-    int rc = 0, shown = 0, failed = 0;
+    int rc = 0, shown = 0, failed = 0, finished = 0;
+    uint64_t last_digest = 0;
     while (!stop_requested) {
         qview v;
         memset(&v, 0, sizeof v);
@@ -494,8 +595,12 @@ int stat_run(ctl *x, const stat_opts *o)
             fprintf(stderr, "sluice-ctl: out of memory\n");
             r = SLUICEI_EXIT_RUNTIME;
         }
+        finished = r == 0 && o->watch && !o->follow && job_finished(&v);
+        uint64_t digest = r == 0 ? stat_digest(&v) : 0;
         if (r == 0 && o->json) {
             stat_json(&v, &h);
+        } else if (r == 0 && o->watch && !tty && shown && digest == last_digest) {
+            ;   /* a pipe gets a snapshot only when something changed */
         } else if (r == 0) {
             char *text = NULL;
             size_t len = 0;
@@ -515,6 +620,7 @@ int stat_run(ctl *x, const stat_opts *o)
                 fwrite(text, 1, len, stdout);
             }
             free(text);
+            last_digest = digest;
         }
         qview_free(&v);
         fflush(stdout);
@@ -525,7 +631,13 @@ int stat_run(ctl *x, const stat_opts *o)
             rc = r;
             break;
         }
-        if (!o->watch)
+        if (r != 0 && x->missing && !o->follow) {
+            fprintf(stderr, "sluice-ctl: stat: queue '%s' was deleted while watching it "
+                    "(stat --watch --follow waits for it to be created again)\n", x->q);
+            rc = SLUICEI_EXIT_RUNTIME;
+            break;
+        }
+        if (!o->watch || finished)
             break;
         stat_sleep(o->interval_ms);
     }
@@ -558,6 +670,8 @@ int stat_parse(int argc, char **argv, stat_opts *o)
         int got;
         if (strcmp(argv[i], "--watch") == 0) {
             o->watch = 1;
+        } else if (strcmp(argv[i], "--follow") == 0) {
+            o->follow = 1;
         } else if (strcmp(argv[i], "--json") == 0) {
             o->json = 1;
         } else if ((got = stat_interval_flag(argc, argv, &i, &o->interval_ms)) != 0) {
@@ -570,5 +684,7 @@ int stat_parse(int argc, char **argv, stat_opts *o)
     }
     if (interval_given && !o->watch)
         return sluicei_usage_error("stat: %s", "--interval-ms goes with --watch");
+    if (o->follow && !o->watch)
+        return sluicei_usage_error("stat: %s", "--follow goes with --watch");
     return 0;
 }

@@ -2,7 +2,7 @@
  * a small HTTP/1.x server on a thread of its own.
  *
  * The server is the peer's adversary, not its host: it answers GET and
- * HEAD of /metrics and /healthz, one request per connection, and bounds
+ * HEAD of /metrics, /healthz and /readyz, one request per connection, and bounds
  * everything a client could use up. At most MAX_CONNS connections (and no
  * more than an eighth of the process's file descriptor limit) are served
  * at once; one more is accepted, told 503 and closed at once. A request's
@@ -38,6 +38,9 @@
 #include <unistd.h>
 
 #define REFRESH_MS_DEFAULT 1000
+/* /readyz by default: the last good refresh within two intervals and this
+ * (the time a refresh itself may take). */
+#define READY_SLACK_MS 2000
 #define LISTEN_BACKLOG 64
 /* Connections served at once (fewer when the fd limit is below 8 times
  * this): each takes a file descriptor, which the data path needs more. */
@@ -67,9 +70,14 @@ struct sluicei_metrics {
     pthread_t server, refresher;
     int server_started, refresher_started;
 
-    pthread_mutex_t lock;         /* guards stopping, for the refresher's sleep */
+    pthread_mutex_t lock;         /* guards stopping, for the refresher's sleep,
+                                     and the readiness below */
     pthread_cond_t cond;
     int stopping;
+    int ready;                    /* the last refresh: 1 ready, 0 not; -1 none yet */
+    int64_t ready_ms;             /* monotonic ms when a refresh last said ready */
+    char why[256];                /* why the last refresh said not ready */
+    int ready_max_age_ms;
 
     sluicei_metrics_render_fn render;
     sluicei_metrics_refresh_fn refresh;
@@ -428,6 +436,34 @@ static void conn_text(hconn *h, int status, const char *reason, const char *extr
     conn_answer(h, status, reason, "text/plain; charset=utf-8", extra, text, strlen(text), head);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whether /readyz says ready; if not, the line it answers in why. */
+static int is_ready(sluicei_metrics *m, char *why, size_t n)
+{
+    if (!m->refresh)
+        return 1;
+    int ok = 0;
+    pthread_mutex_lock(&m->lock);
+    int64_t age = mono_ms() - m->ready_ms;
+    if (m->ready < 0)
+        snprintf(why, n, "not ready: the first read has not finished\n");
+    else if (!m->ready)
+        snprintf(why, n, "not ready: %s\n", m->why[0] ? m->why : "the last read failed");
+    else if (age > m->ready_max_age_ms)
+        snprintf(why, n, "not ready: no successful read for %lld ms (more than %d ms)\n",
+                 (long long)age, m->ready_max_age_ms);
+    else
+        ok = 1;
+    pthread_mutex_unlock(&m->lock);
+    return ok;
+}
+
 /* Answers the request in req, whose headers are complete. */
 static void conn_request(hconn *h)
 {
@@ -471,8 +507,15 @@ static void conn_request(hconn *h)
         sluicei_mtext_free(&t);
     } else if (plen == 8 && strncmp(target, "/healthz", 8) == 0) {
         conn_text(h, 200, "OK", NULL, "ok\n", head);
+    } else if (plen == 7 && strncmp(target, "/readyz", 7) == 0) {
+        char why[sizeof m->why + 64];
+        if (is_ready(m, why, sizeof why))
+            conn_text(h, 200, "OK", NULL, "ready\n", head);
+        else
+            conn_text(h, 503, "Service Unavailable", NULL, why, head);
     } else {
-        conn_text(h, 404, "Not Found", NULL, "not found: try /metrics or /healthz\n", head);
+        conn_text(h, 404, "Not Found", NULL, "not found: try /metrics, /healthz or /readyz\n",
+                  head);
     }
 }
 
@@ -642,8 +685,15 @@ static void *refresher_main(void *arg)
     pthread_mutex_lock(&m->lock);
     while (!m->stopping) {
         pthread_mutex_unlock(&m->lock);
-        m->refresh(m->arg);
+        char why[sizeof m->why] = "";
+        int ok = m->refresh(m->arg, why, sizeof why);
         pthread_mutex_lock(&m->lock);
+        m->ready = ok != 0;
+        if (ok)
+            m->ready_ms = mono_ms();
+        /* One line: the answer's body is this line and its newline. */
+        why[strcspn(why, "\r\n")] = '\0';
+        memcpy(m->why, why, sizeof why);
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_sec += m->refresh_ms / 1000;
@@ -712,6 +762,9 @@ sluice_err sluicei_metrics_open(sluicei_metrics **out, const sluicei_metrics_opt
     m->render = o->render;
     m->refresh = o->refresh;
     m->refresh_ms = o->refresh_ms > 0 ? o->refresh_ms : REFRESH_MS_DEFAULT;
+    m->ready = -1;
+    m->ready_max_age_ms = o->ready_max_age_ms > 0 ? o->ready_max_age_ms
+                                                  : 2 * m->refresh_ms + READY_SLACK_MS;
     m->arg = o->arg;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -1,4 +1,4 @@
-/* A small Prometheus endpoint: /metrics and /healthz over HTTP/1.x,
+/* A small Prometheus endpoint: /metrics, /healthz and /readyz over HTTP/1.x,
  * served by a thread of its own with its own event_base, so that a
  * synchronous program (sluice-producer, sluice-ctl metrics) can publish
  * figures without an event loop of its own. Internal; linked into
@@ -16,6 +16,11 @@
  *     if (sluicei_metrics_open(&m, &o, err, sizeof err) != SLUICE_OK) ...
  *     ... the program runs; scrapes call render() in the server thread ...
  *     sluicei_metrics_close(m);
+ *
+ * /healthz answers 200 while the server thread serves (liveness). /readyz
+ * answers 200 only while the last refresh said ready and ended within
+ * ready_max_age_ms, else 503 with a one-line reason; without a refresh
+ * callback there is nothing to be ready for and it answers as /healthz.
  *
  * Threads: render() runs in the server thread on every GET /metrics; it must
  * only read state that is safe to read from another thread (atomics, or a
@@ -64,14 +69,19 @@ typedef struct sluicei_metrics sluicei_metrics;
 
 /* Appends the body of one /metrics answer to out (server thread). */
 typedef void (*sluicei_metrics_render_fn)(sluicei_mtext *out, void *arg);
-/* Periodic work (refresher thread); nothing to return. */
-typedef void (*sluicei_metrics_refresh_fn)(void *arg);
+/* Periodic work (refresher thread). Returns 1 when the program is ready
+ * (what it serves reflects a working source: Redis answered, the queue
+ * exists), else 0 with why in one line ("queue 'q' does not exist"),
+ * what /readyz answers until the next refresh. */
+typedef int (*sluicei_metrics_refresh_fn)(void *arg, char *why, size_t whylen);
 
 typedef struct sluicei_metrics_opts {
     const char *addr;                   /* HOST:PORT, [V6]:PORT or :PORT (127.0.0.1) */
     sluicei_metrics_render_fn render;   /* required */
     sluicei_metrics_refresh_fn refresh; /* optional */
     int refresh_ms;                     /* 0: 1000 */
+    int ready_max_age_ms;               /* /readyz: 503 once the last refresh that said
+                                           ready is older; 0: 2 x refresh_ms + 2000 */
     void *arg;                          /* passed to both; owned by the caller */
 } sluicei_metrics_opts;
 

@@ -98,7 +98,7 @@ for i, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'cto
                     'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches', 'tresume', 'trun',
                     'failed', 'edone', 'eof', 'task_wake', 'jstage', 'jstage:taskdef',
                     'redo', 'recover', 'recover_pause', 'runid', 'dropped', 'cowners', 'retained',
-                    'retained_bytes'}) do
+                    'retained_bytes', 'ptoken', 'pstats_gone', 'cstats_gone'}) do
   keys[i] = pre .. s
 end
 n = n + redis.call('UNLINK', unpack(keys))

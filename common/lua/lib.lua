@@ -213,15 +213,83 @@ local function give_back(cid, maxd, now, extra)
   return n
 end
 
-local function drop_consumer(cid)
+-- A producer's or consumer's counters when it leaves the registry (kind
+-- 'p' or 'c': pstats:<id> or cstats:<id>): added into <kind>stats_gone,
+-- with 'left' counting the peers folded, so that totals over the peers do
+-- not drop as they go (the gauge 'epoch' is not added). tok: the process
+-- token of one reaped while it may still live (frozen), whose figures are
+-- then kept for an hour in <kind>gone:<id> (with 'tok'), so that they can
+-- be taken out again if it comes back (unfold_stats); nil for one that
+-- left for good.
+local function fold_stats(kind, id, tok)
+  local st = pre .. kind .. 'stats:' .. id
+  local gone = pre .. kind .. 'stats_gone'
+  local v = redis.call('HGETALL', st)
+  local kept = {}
+  for i = 1, #v, 2 do
+    if v[i] ~= 'epoch' and string.match(v[i + 1], '^%d+$') and #v[i + 1] <= 18 then
+      redis.call('HINCRBY', gone, v[i], v[i + 1])
+      kept[#kept + 1] = v[i]
+      kept[#kept + 1] = v[i + 1]
+    end
+  end
+  redis.call('HINCRBY', gone, 'left', 1)
+  redis.call('DEL', st)
+  local t = pre .. kind .. 'gone:' .. id
+  redis.call('DEL', t)
+  if tok and tok ~= '' then
+    redis.call('HSET', t, 'tok', tok, unpack(kept))
+    redis.call('PEXPIRE', t, 3600000)
+  end
+end
+
+-- Peer id, reaped while frozen, came back (the same process: tok) and
+-- publishes its counters again: they leave <kind>stats_gone. Whatever
+-- else is there (another process under the id) is just dropped.
+local function unfold_stats(kind, id, tok)
+  local t = pre .. kind .. 'gone:' .. id
+  local v = redis.call('HGETALL', t)
+  if #v == 0 then return end
+  redis.call('DEL', t)
+  local h = {}
+  for i = 1, #v, 2 do h[v[i]] = v[i + 1] end
+  if h.tok ~= tok then return end
+  local gone = pre .. kind .. 'stats_gone'
+  for f, x in pairs(h) do
+    -- ('-0' is no integer to Redis.)
+    if f ~= 'tok' and x ~= '0' then redis.call('HINCRBY', gone, f, '-' .. x) end
+  end
+  redis.call('HINCRBY', gone, 'left', -1)
+end
+
+-- Unregisters consumer cid, its counters folded (fold_stats); reaped: it
+-- may be frozen and come back.
+local function drop_consumer(cid, reaped)
   local rank = redis.call('HGET', pre .. 'crank', cid)
   if rank and redis.call('HGET', pre .. 'rholder', rank) == cid then
     redis.call('HDEL', pre .. 'rholder', rank)
   end
+  local tok = redis.call('HGET', pre .. 'ctoken', cid)
   redis.call('HDEL', pre .. 'consumers', cid)
   redis.call('HDEL', pre .. 'ctoken', cid)
   redis.call('HDEL', pre .. 'crank', cid)
-  redis.call('DEL', pre .. 'cstats:' .. cid)
+  fold_stats('c', cid, reaped and tok or nil)
+end
+
+-- Unregisters every producer silent for longer than the queue's lease
+-- and at least 5 s (a producer beats every second: five beats missed),
+-- dead or frozen (one that comes back registers again), its counters
+-- folded. Its tasks are not touched: their own leases bring them back.
+local function reap_producers(now, lease)
+  local seen = redis.call('HGETALL', pre .. 'producers')
+  local age = math.max(lease, 5000)
+  for i = 1, #seen, 2 do
+    if tonumber(seen[i + 1]) + age < now then
+      redis.call('HDEL', pre .. 'producers', seen[i])
+      fold_stats('p', seen[i], redis.call('HGET', pre .. 'ptoken', seen[i]) or '')
+      redis.call('HDEL', pre .. 'ptoken', seen[i])
+    end
+  end
 end
 
 local function lease_ms()
@@ -235,7 +303,7 @@ end
 -- Hands back what consumer cid holds and forgets it.
 local function reap_consumer(cid, now)
   local n = give_back(cid, max_deliveries(), now, {})
-  drop_consumer(cid)
+  drop_consumer(cid, true)
   return n
 end
 
@@ -288,6 +356,9 @@ local function enter(cid, tok, fresh, rank, now)
     -- Left by an earlier process under this id that nobody reaped (its
     -- registration was lost with Redis's last second, say).
     give_back(cid, max_deliveries(), now, {})
+    -- This process, reaped while frozen, is back: its counters are its
+    -- own again.
+    unfold_stats('c', cid, tok)
   end
   redis.call('HSET', pre .. 'ctoken', cid, tok)
   redis.call('HSET', pre .. 'consumers', cid, now)

@@ -1,7 +1,8 @@
 #!lua flags=allow-oom
 -- reap: no ARGV. Anyone may run it. Hands back the batches of every
 -- consumer whose lease ran out on the server's clock (poison batches to
--- the dead-letter list) and returns to the waiting lists every task whose
+-- the dead-letter list) and unregisters it, its counters folded into
+-- cstats_gone (lib.lua: drop_consumer), and returns to the waiting lists every task whose
 -- lease ran out, and forgets the batches a producer dropped at the end of
 -- a coordinated epoch (lib.lua: epoch_end). Returns {batches handed back,
 -- tasks reaped}.

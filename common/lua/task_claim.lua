@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- task_claim: ARGV producer id, lease_ms, and optionally need_room.
--- Reaps expired task leases, then claims under a lease the next waiting
+-- Reaps expired task leases and silent producers (lib.lua:
+-- reap_producers), then claims under a lease the next waiting
 -- task of the lowest epoch that has one (the open epoch's first: the
 -- consumers wait for it). Returns {'task', 'epoch:shard', definition,
 -- attempt, batch_size, epochs, resume, shuffle_buffer, drop_remainder,
@@ -17,6 +18,7 @@ if redis.call('EXISTS', job) == 0 then return {'nojob'} end
 redis.call('HSET', pre .. 'producers', ARGV[1], now)
 -- (Before reading the job: a reaped task lowers tscan.)
 reap_tasks(now)
+reap_producers(now, lease_ms())
 local st = redis.call('HMGET', jrun, 'state', 'epoch_open', 'twaiting', 'tscan')
 local epochs = redis.call('HGET', job, 'epochs')
 local waiting = tonumber(st[3] or '0')

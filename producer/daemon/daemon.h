@@ -35,6 +35,9 @@
  * timeouts of that connection (short: closing waits for a read under way). */
 #define METRICS_REFRESH_MS 1000
 #define METRICS_REDIS_TIMEOUT_MS 2000
+/* /readyz: 503 once no refresh has read the queue for this long (two
+ * refreshes, and the time one may take). */
+#define METRICS_READY_MAX_AGE_MS (2 * METRICS_REFRESH_MS + METRICS_REDIS_TIMEOUT_MS)
 
 /* Set by the first SIGINT or SIGTERM (main.c): stop at the next record
  * and shut down cleanly. daemon_stop_signal says which. */

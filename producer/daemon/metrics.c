@@ -62,9 +62,9 @@ void metrics_publish(pmetrics *pm, sluice_producer *p)
 /* Refresher thread, every METRICS_REFRESH_MS: the queue's depth, bytes and
  * budgets, and this producer's published counters (a partitioned queue:
  * the sums over its partitions). A failure only shows as
- * sluice_producer_metrics_redis_up 0: the producer itself reports what is
- * wrong with Redis. */
-static void pm_refresh(void *arg)
+ * sluice_producer_metrics_redis_up 0 and on /readyz (the return value):
+ * the producer itself reports what is wrong with Redis. */
+static int pm_refresh(void *arg, char *why, size_t whylen)
 {
     pmetrics *pm = arg;
     char err[512];
@@ -73,12 +73,14 @@ static void pm_refresh(void *arg)
         sluicei_router_open(&pm->router, pm->url, METRICS_REDIS_TIMEOUT_MS,
                             METRICS_REDIS_TIMEOUT_MS, err, sizeof err) != SLUICE_OK) {
         atomic_store(&pm->redis_up, 0);
-        return;
+        snprintf(why, whylen, "Redis: %s", err);
+        return 0;
     }
     const char *id = atomic_load_explicit(&pm->id_set, memory_order_acquire) ? pm->id : NULL;
     sluicei_queue_gauges g;
-    int ok = sluicei_queue_gauges_read(pm->router, pm->queue, pm->nparts, id, deadline, &g,
-                                       &pm->nparts, err, sizeof err) == SLUICE_OK;
+    sluice_err e = sluicei_queue_gauges_read(pm->router, pm->queue, pm->nparts, id, deadline, &g,
+                                             &pm->nparts, err, sizeof err);
+    int ok = e == SLUICE_OK;
     if (ok) {
         for (int i = 0; i < SLUICEI_PSTAT_COUNT; i++)
             if (g.published[i] > atomic_load(&pm->published[i]))
@@ -89,6 +91,17 @@ static void pm_refresh(void *arg)
         atomic_store(&pm->qbytes, g.bytes < 0 ? 0 : g.bytes);
     }
     atomic_store(&pm->redis_up, ok);
+    /* A queue's meta always holds its budget: none, no queue (deleted,
+     * or not created yet). Its partitions are looked up again next time:
+     * it may come back with another number. */
+    if (e == SLUICE_ERR_NOQUEUE || (ok && g.max_batches < 0)) {
+        pm->nparts = -1;
+        snprintf(why, whylen, "queue '%s' does not exist", pm->queue);
+        return 0;
+    }
+    if (!ok)
+        snprintf(why, whylen, "Redis: %s", err[0] ? err : sluice_strerror(e));
+    return ok;
 }
 
 /* Server thread, on each scrape: atomics only. */
@@ -176,7 +189,7 @@ sluice_err metrics_open(pmetrics **out, const config *cf, char *err, size_t errl
     atomic_init(&pm->max_bytes, -1);
     sluicei_metrics_opts mo = {.addr = cf->metrics_addr, .render = pm_render,
                                .refresh = pm_refresh, .refresh_ms = METRICS_REFRESH_MS,
-                               .arg = pm};
+                               .ready_max_age_ms = METRICS_READY_MAX_AGE_MS, .arg = pm};
     sluice_err e = sluicei_metrics_open(&pm->server, &mo, err, errlen);
     if (e != SLUICE_OK) {
         free(pm);

@@ -131,7 +131,7 @@ void group_beat(sluice_producer *g, const sluice_producer *skip)
             continue;
         if (c->beat_ms == 0 || now - c->beat_ms >= BEAT_MS) {
             if (group_idle_connected(c))
-                lease_beat(c, 0);
+                lease_beat(c, 0, 0);
             else
                 c->beat_ms = now;   /* try again in a beat */
         }

@@ -107,8 +107,10 @@ int lease_housekeeping_due(const sluice_producer *p)
 /* Publishes this producer's counters (the beat script: liveness in the
  * producers hash, counters in pstats:<id>). At most six counters fit the
  * script runner's argument limit. Without may_reconnect a lost connection
- * is not regained (at close). */
-sluice_err lease_beat(sluice_producer *p, int may_reconnect)
+ * is not regained (at close). leaving: the last beat, at close: the
+ * producer then leaves the registry, its counters folded into the queue's
+ * pstats_gone. */
+sluice_err lease_beat(sluice_producer *p, int may_reconnect, int leaving)
 {
     enum { ARGC = 5 + 2 * SLUICEI_PSTAT_COUNT };
     char v[SLUICEI_PSTAT_COUNT][24];
@@ -118,7 +120,7 @@ sluice_err lease_beat(sluice_producer *p, int may_reconnect)
         [SLUICEI_PSTAT_BLOCKED_US] = st->blocked_us, [SLUICEI_PSTAT_DUPLICATES] = st->duplicates,
         [SLUICEI_PSTAT_TASKS_DONE] = st->tasks_done, [SLUICEI_PSTAT_TASKS_FAILED] = st->tasks_failed};
     /* The field names are gauges.c's, which reads them back. */
-    const char *argv[ARGC] = {"producer", p->id, "", "", ""};
+    const char *argv[ARGC] = {"producer", p->id, p->tok, leaving ? "left" : "", ""};
     for (int i = 0; i < SLUICEI_PSTAT_COUNT; i++) {
         snprintf(v[i], sizeof v[i], "%" PRIu64, vals[i]);
         argv[5 + 2 * i] = sluicei_pstats_field(i);
@@ -171,7 +173,7 @@ sluice_err lease_housekeep(sluice_producer *p)
     if (renew_due(p, sluicei_now_ms()))
         e = lease_renew(p);
     if (e != SLUICE_ERR_IO && (p->beat_ms == 0 || sluicei_now_ms() - p->beat_ms >= BEAT_MS))
-        e = lease_beat(p, 1);
+        e = lease_beat(p, 1, 0);
     return e == SLUICE_ERR_IO ? e : SLUICE_OK;
 }
 

@@ -69,6 +69,7 @@ sluice_err producer_new(sluice_producer **out, const sluice_producer_opts *o,
     sluicei_key(p->in_prefix, p->queue, "in:");
     sluicei_key(p->task_wake_key, p->queue, "task_wake");
     snprintf(p->id, sizeof p->id, "%s", id);
+    snprintf(p->tok, sizeof p->tok, "%016" PRIx64, sluicei_random64());
     p->reconnect_timeout_ms = o->reconnect_timeout_ms;
     p->stop = o->stop;
     p->log = o->log;
@@ -401,7 +402,7 @@ static void close_finish(sluice_producer *p)
     if (p->conn && p->used > 0)
         pipe_settle(p, 0);
     if (p->opened && p->conn && p->conn->ctx && (!p->group || p->active))
-        lease_beat(p, 0);   /* the final counters, for sluice-ctl info */
+        lease_beat(p, 0, 1);   /* the final counters, then it leaves the registry */
 }
 
 static void close_free(sluice_producer *p)

@@ -121,6 +121,8 @@ struct sluice_producer {
     char anchor_key[SLUICE_MAX_KEY];  /* KEYS[1] of the push (sluicei_script_anchor()) */
     char in_prefix[SLUICE_MAX_KEY];    /* "sluice:{Q}:in:" */
     char id[SLUICE_MAX_PRODUCER_ID + 1];
+    char tok[17];              /* this process's token (hex): the beat publishes it, so
+                                  that counters reaped while frozen come back (beat.lua) */
     int reconnect_timeout_ms;
     volatile int *stop;
     void (*log)(void *arg, const char *msg);   /* opts.log */
@@ -248,7 +250,7 @@ sluice_err lease_run_script(sluice_producer *p, sluicei_script_id id, int argc,
 void lease_wait_replicas(sluice_producer *p);
 void lease_check_role(sluice_producer *p);
 int lease_housekeeping_due(const sluice_producer *p);
-sluice_err lease_beat(sluice_producer *p, int may_reconnect);
+sluice_err lease_beat(sluice_producer *p, int may_reconnect, int leaving);
 sluice_err lease_renew(sluice_producer *p);
 sluice_err lease_housekeep(sluice_producer *p);
 sluice_err lease_lost_error(sluice_producer *p);

@@ -10,9 +10,13 @@
 #    after another, separated by a blank line, with rates from the second
 #    on and, after 3 s, the blocked producer's share of time (~100%); it
 #    exits 0 on SIGINT; --watch --json prints a JSON object a line.
+#  - to a pipe, a snapshot whose figures did not change is not printed again;
+#    stat --watch ends with exit 1 and a line saying so when the queue is
+#    deleted; with --follow it goes on and shows the queue created anew.
 #  - under a pseudo-terminal (script(1), when installed) the view redraws in
 #    place with ANSI cursor-home and clear sequences.
-#  - after the job: "finished", every epoch's end posted.
+#  - after the job: "finished", every epoch's end posted; a stat --watch
+#    started while the job ran ends by itself (exit 0) with that snapshot.
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
@@ -128,12 +132,15 @@ if grep -q $'\033' "$T/stat.txt"; then fail "escape sequences in the output to a
 note "stat --watch (not a terminal)"
 bg "$T/w.out" "$T/w.err" "$BUILD/sluice-ctl" --redis "$REDIS_URL" stat "$q" --watch --interval-ms 200
 w=$BG_PID
-sleep 3.6
+# The blocked producer's counters move with each of its heartbeats (every
+# second), so snapshots keep coming; wait for one with a share shown.
+has_share() { grep -q '^  prod-s .*% of the last [0-9]* s)' "$T/w.out"; }
+wait_for 15 has_share || fail "no blocked share after 15 s: $(tail -n 20 "$T/w.out")"
 kill -INT "$w"
 rc=0; wait_pid "$w" 5 || rc=$?
 ((rc == 0)) || fail "stat --watch exit $rc on SIGINT: $(cat "$T/w.err")"
 n=$(grep -c "^queue 'sq'" "$T/w.out")
-((n >= 2)) || fail "stat --watch printed $n snapshots in 3.6 s"
+((n >= 2)) || fail "stat --watch printed $n snapshots before the share showed"
 blanks=$(grep -c '^$' "$T/w.out")
 ((blanks == n - 1)) || fail "$n snapshots but $blanks blank lines between them"
 grep -q '^rates      push [0-9.]* batches/s' "$T/w.out" || fail "no rates in later snapshots"
@@ -173,9 +180,45 @@ if command -v script >/dev/null 2>&1; then
     ((frames >= 2)) || fail "$frames frames drawn in 1.5 s"
 fi
 
+# --- to a pipe: only what changed; the queue deleted ---------------------------------
+note "stat --watch on an idle queue, then deleted"
+ctl create idle --max-batches 4 --max-bytes 1M >/dev/null
+bg "$T/i.out" "$T/i.err" "$BUILD/sluice-ctl" --redis "$REDIS_URL" stat idle --watch --interval-ms 50
+w=$BG_PID
+snaps() { grep -c "^queue 'idle'" "$T/i.out" 2>/dev/null || true; }
+wait_for 10 eval '[[ $(snaps) == 1 ]]' || fail "no first snapshot of the idle queue"
+# Twenty refreshes of a queue where nothing moves: nothing more printed.
+sleep 1
+[[ $(snaps) == 1 ]] || fail "$(snaps) snapshots of an idle queue in 1 s (want 1)"
+rcli HINCRBY "sluice:{idle}:stats" dead 1 >/dev/null
+wait_for 10 eval '[[ $(snaps) == 2 ]]' || fail "a changed figure was not printed"
+grep -q "dead 1" "$T/i.out" || fail "the second snapshot lacks the changed total"
+ctl delete idle >/dev/null
+rc=0; wait_pid "$w" 10 || rc=$?
+((rc == 1)) || fail "stat --watch of a deleted queue: exit $rc (want 1)"
+grep -q "queue 'idle' was deleted while watching" "$T/i.err" ||
+    fail "no line saying the queue was deleted: $(cat "$T/i.err")"
+
+note "stat --watch --follow across a delete"
+ctl create idle --max-batches 4 --max-bytes 1M >/dev/null
+bg "$T/f.out" "$T/f.err" "$BUILD/sluice-ctl" --redis "$REDIS_URL" stat idle --watch --follow \
+    --interval-ms 50
+w=$BG_PID
+wait_for 10 in_file "$T/f.out" "^queue 'idle'" || fail "no first snapshot with --follow"
+ctl delete idle >/dev/null
+wait_for 10 in_file "$T/f.err" "does not exist" || fail "--follow did not see the delete"
+kill -0 "$w" 2>/dev/null || fail "stat --watch --follow ended when the queue was deleted"
+ctl create idle --max-batches 9 --max-bytes 1M >/dev/null
+wait_for 10 in_file "$T/f.out" "/9 batches" || fail "--follow did not show the queue created anew"
+kill -INT "$w"
+rc=0; wait_pid "$w" 5 || rc=$?
+((rc == 0)) || fail "stat --watch --follow exit $rc on SIGINT"
+
 # --- usage ----------------------------------------------------------------------
 rc=0; ctl stat "$q" --interval-ms 200 2>/dev/null || rc=$?
 ((rc == 2)) || fail "--interval-ms without --watch: exit $rc"
+rc=0; ctl stat "$q" --follow 2>/dev/null || rc=$?
+((rc == 2)) || fail "--follow without --watch: exit $rc"
 rc=0; ctl stat "$q" --watch --interval-ms 10 2>/dev/null || rc=$?
 ((rc == 2)) || fail "--interval-ms 10: exit $rc"
 rc=0; ctl stat "$q" --bogus 2>/dev/null || rc=$?
@@ -188,10 +231,18 @@ kill -KILL "$h"
 wait "$h" 2>/dev/null || true
 ctl reap "$q" >/dev/null
 redis_tmp_cli HSET "sluice:{$q}:meta" lease_ms 1000 >/dev/null
+bg "$T/we.out" "$T/we.err" "$BUILD/sluice-ctl" --redis "$REDIS_URL" stat "$q" --watch \
+    --interval-ms 100
+w=$BG_PID
 bg "$T/c.out" "$T/c.err" "$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" --summary --quiet
 c=$BG_PID
 rc=0; wait_pid "$c" 60 || rc=$?
 ((rc == 0)) || fail "consumer exit $rc: $(cat "$T/c.err")"
+rc=0; wait_pid "$w" 10 || rc=$?
+((rc == 0)) || fail "stat --watch did not end by itself after the job (exit $rc): $(cat "$T/we.err")"
+last=$(awk 'BEGIN{RS=""} {s=$0} END{print s}' "$T/we.out")
+grep -qF "job        finished: all 2 epochs ended" <<<"$last" ||
+    fail "stat --watch's last snapshot does not show the job finished: $last"
 ctl stat "$q" >"$T/end.txt" || fail "stat after the job"
 note "$(cat "$T/end.txt")"
 grep -qF "job        finished: all 2 epochs ended; tasks 6/6 done" "$T/end.txt" || fail "job not shown finished"

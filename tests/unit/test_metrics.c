@@ -1,9 +1,11 @@
-/* The metrics server's limits (common/cli/metrics.c) on a loopback port:
- * connections beyond the limit, and accept() without file descriptors. */
+/* The metrics server (common/cli/metrics.c) on a loopback port: its limits
+ * (connections beyond the limit, accept() without file descriptors) and
+ * what /readyz answers as the refreshes go. */
 #include "metrics.h"
 #include "test.h"
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -20,8 +22,16 @@ static void render(sluicei_mtext *out, void *arg)
     sluicei_mtext_sample(out, "t_up", NULL, 1);
 }
 
-/* A server on a free loopback port; its port in *port. */
+/* A server on a free loopback port (options o, NULL: render only); its
+ * port in *port. */
+static sluicei_metrics *start_with(int *port, const sluicei_metrics_opts *o);
+
 static sluicei_metrics *start(int *port)
+{
+    return start_with(port, NULL);
+}
+
+static sluicei_metrics *start_with(int *port, const sluicei_metrics_opts *with)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -36,7 +46,10 @@ static sluicei_metrics *start(int *port)
     *port = ntohs(a.sin_port);
     char addr[32], err[256];
     snprintf(addr, sizeof addr, ":%d", *port);
-    sluicei_metrics_opts o = {.addr = addr, .render = render};
+    sluicei_metrics_opts o = {.render = render};
+    if (with)
+        o = *with;
+    o.addr = addr;
     sluicei_metrics *m = NULL;
     if (sluicei_metrics_open(&m, &o, err, sizeof err) != SLUICE_OK)
         fprintf(stderr, "    metrics server: %s\n", err);
@@ -61,8 +74,10 @@ static int client(int port)
 }
 
 /* Sends req (when not NULL) and reads what comes back until the server
- * closes or 3 s pass: its first line in status. */
-static void exchange(int c, const char *req, char *status, size_t n)
+ * closes or 3 s pass: its first line in status, and, when body is not
+ * NULL, what follows the headers (bodyn bytes at most). */
+static void exchange_body(int c, const char *req, char *status, size_t n, char *body,
+                          size_t bodyn)
 {
     char buf[4096];
     size_t len = 0;
@@ -76,8 +91,31 @@ static void exchange(int c, const char *req, char *status, size_t n)
             break;
     }
     buf[len] = '\0';
+    if (body) {
+        const char *b = strstr(buf, "\r\n\r\n");
+        snprintf(body, bodyn, "%s", b ? b + 4 : "");
+    }
     buf[strcspn(buf, "\r\n")] = '\0';
     snprintf(status, n, "%.100s", buf);
+}
+
+static void exchange(int c, const char *req, char *status, size_t n)
+{
+    exchange_body(c, req, status, n, NULL, 0);
+}
+
+/* GET path on a new connection: status line and body. */
+static void get(int port, const char *path, char *status, size_t n, char *body, size_t bodyn)
+{
+    char req[128];
+    int c = client(port);
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\n\r\n", path);
+    snprintf(status, n, "no connection");
+    body[0] = '\0';
+    if (c < 0)
+        return;
+    exchange_body(c, req, status, n, body, bodyn);
+    close(c);
 }
 
 static double cpu_seconds(void)
@@ -158,8 +196,84 @@ static void test_no_fds(void)
     sluicei_metrics_close(m);
 }
 
+/* What the test's refresh reports: 0 not ready, 1 ready, 2 stalled (the
+ * refresh does not return until the mode changes). */
+static atomic_int ready_mode;
+
+static int refresh_ready(void *arg, char *why, size_t whylen)
+{
+    (void)arg;
+    struct timespec ms10 = {0, 10000000L};
+    while (atomic_load(&ready_mode) == 2)
+        nanosleep(&ms10, NULL);
+    if (atomic_load(&ready_mode) == 0) {
+        snprintf(why, whylen, "queue 'q' does not exist\nsecond line");
+        return 0;
+    }
+    return 1;
+}
+
+/* Polls path until its status line is want (5 s at most); the last body in
+ * body. */
+static int wait_status(int port, const char *path, const char *want, char *body, size_t bodyn)
+{
+    char status[128];
+    for (int i = 0; i < 250; i++) {
+        get(port, path, status, sizeof status, body, bodyn);
+        if (strcmp(status, want) == 0)
+            return 1;
+        struct timespec ms20 = {0, 20000000L};
+        nanosleep(&ms20, NULL);
+    }
+    fprintf(stderr, "    %s: still '%s', want '%s'\n", path, status, want);
+    return 0;
+}
+
+static void test_readyz(void)
+{
+    int port = 0;
+    char status[128], body[512];
+    /* Without a refresh there is nothing to be ready for. */
+    sluicei_metrics *m = start(&port);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    get(port, "/readyz", status, sizeof status, body, sizeof body);
+    CHECK(strcmp(status, "HTTP/1.1 200 OK") == 0);
+    get(port, "/nowhere", status, sizeof status, body, sizeof body);
+    CHECK(strcmp(status, "HTTP/1.1 404 Not Found") == 0);
+    CHECK(strstr(body, "/readyz") != NULL);
+    sluicei_metrics_close(m);
+
+    atomic_store(&ready_mode, 0);
+    sluicei_metrics_opts o = {.render = render, .refresh = refresh_ready, .refresh_ms = 20,
+                              .ready_max_age_ms = 300};
+    m = start_with(&port, &o);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    /* Not ready: 503 with the refresh's reason, its first line only. */
+    CHECK(wait_status(port, "/readyz", "HTTP/1.1 503 Service Unavailable", body, sizeof body));
+    CHECK(strcmp(body, "not ready: queue 'q' does not exist\n") == 0);
+    get(port, "/healthz", status, sizeof status, body, sizeof body);
+    CHECK(strcmp(status, "HTTP/1.1 200 OK") == 0);
+    atomic_store(&ready_mode, 1);
+    CHECK(wait_status(port, "/readyz", "HTTP/1.1 200 OK", body, sizeof body));
+    CHECK(strcmp(body, "ready\n") == 0);
+    /* A refresh that hangs: ready until the last good one is too old. */
+    atomic_store(&ready_mode, 2);
+    CHECK(wait_status(port, "/readyz", "HTTP/1.1 503 Service Unavailable", body, sizeof body));
+    CHECK(strstr(body, "not ready: no successful read for ") == body);
+    get(port, "/healthz", status, sizeof status, body, sizeof body);
+    CHECK(strcmp(status, "HTTP/1.1 200 OK") == 0);
+    atomic_store(&ready_mode, 1);
+    CHECK(wait_status(port, "/readyz", "HTTP/1.1 200 OK", body, sizeof body));
+    sluicei_metrics_close(m);
+}
+
 const struct test metrics_tests[] = {
     {"metrics/connections over the limit", test_over_the_limit},
     {"metrics/accept without file descriptors", test_no_fds},
+    {"metrics/readyz follows the refreshes", test_readyz},
     {NULL, NULL},
 };
