@@ -156,14 +156,11 @@ static int check_create_name(const char *q, const create_opts *o)
     return 0;
 }
 
-/* The frames of pushes whose script never ran (sluice:{q}:in:*) on the
- * node of q, removed with SCAN from here: a script walking the key space
- * would hold Redis for as long as the walk. Returns how many were
- * removed, or -1 (printed) when a command failed. */
-static long long sweep_in_keys(ctl *x, const char *q)
+/* Removes the keys of q that match q's prefix + what; see sweep_keys. */
+static long long sweep_pattern(ctl *x, const char *q, const char *what)
 {
     char pattern[SLUICE_MAX_KEY];
-    sluicei_key(pattern, q, "in:*");
+    sluicei_key(pattern, q, what);
     char cursor[32] = "0";
     long long removed = 0;
     do {
@@ -196,8 +193,27 @@ static long long sweep_in_keys(ctl *x, const char *q)
     return removed;
 }
 
+/* The keys of q no registry names, on the node of q, removed with SCAN
+ * from here (a script walking the key space would hold Redis for as long
+ * as the walk): the frames of pushes whose script never ran (in:*) and
+ * what producers and consumers reaped while frozen left to expire
+ * (pgone:*, cgone:*). Returns how many were removed, or -1 (printed) when
+ * a command failed. */
+static long long sweep_keys(ctl *x, const char *q)
+{
+    static const char *const kinds[] = {"in:*", "pgone:*", "cgone:*"};
+    long long removed = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        long long n = sweep_pattern(x, q, kinds[k]);
+        if (n < 0)
+            return -1;
+        removed += n;
+    }
+    return removed;
+}
+
 /* Runs delete.lua on queue q (a plain queue or a partition) until it is
- * gone, with the sweep of its in: keys when the script asks for it; adds
+ * gone, with the sweep of its other keys when the script asks for it; adds
  * the keys removed to *keys. On an error *out is the script's reply (or
  * NULL) for ctl_script_failed(). */
 static sluice_err delete_one(ctl *x, const char *q, long long *keys, redisReply **out)
@@ -221,7 +237,7 @@ static sluice_err delete_one(ctl *x, const char *q, long long *keys, redisReply 
         if (more == 0)
             return SLUICE_OK;
         if (more == 2) {
-            long long n = sweep_in_keys(x, q);
+            long long n = sweep_keys(x, q);
             if (n < 0)
                 return SLUICE_ERR_REDIS;
             *keys += n;

@@ -184,4 +184,11 @@ done
 [[ $(rcli HGET "$(k pstats_gone)" batches) == "$(rcli HGET "$(k stats)" pushed)" ]] ||
     fail "folded batches $(rcli HGET "$(k pstats_gone)" batches) != pushed $(rcli HGET "$(k stats)" pushed)"
 kill -INT "$mp"
+
+note "delete leaves no key behind, the tombstones of reaped peers included"
+[[ -n $(rcli --scan --pattern "sluice:{$q}:[pc]gone:*") ]] ||
+    fail "no pgone:/cgone: key before the delete: nothing for it to sweep"
+ctl delete "$q" >/dev/null || fail "delete failed"
+left=$(rcli --scan --pattern "sluice:{$q}:*")
+[[ -z $left ]] || fail "delete left keys: $left"
 echo "ok: 20 producers and 12 consumers churned; registries back to the live ones, totals kept"
