@@ -138,7 +138,8 @@ redis_tmp_start() {
             return 0
         fi
         ((rc == 2)) || break
-        echo "redis-tmp: port $port ${REDIS_TMP_EXTRA_PORTS[*]} was taken meanwhile, trying others" >&2
+        echo "redis-tmp: port $port ${REDIS_TMP_EXTRA_PORTS[*]} was taken meanwhile," \
+            "trying others" >&2
     done
     rm -rf "$dir"
     echo "redis-tmp: could not start redis-server" >&2

@@ -32,10 +32,9 @@ export BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$root/$BUILD ;; esac
 timeout_s=${TEST_TIMEOUT:-120}
 jobs_n=${TEST_JOBS:-4}
-[[ $timeout_s =~ ^[1-9][0-9]*$ ]] ||
-    { echo "tests/run.sh: TEST_TIMEOUT must be a whole number of seconds > 0, not '$timeout_s'" >&2; exit 2; }
-[[ $jobs_n =~ ^[1-9][0-9]*$ ]] ||
-    { echo "tests/run.sh: TEST_JOBS must be a whole number > 0, not '$jobs_n'" >&2; exit 2; }
+bad_env() { echo "tests/run.sh: $1 must be a whole number > 0, not '$2'" >&2; exit 2; }
+[[ $timeout_s =~ ^[1-9][0-9]*$ ]] || bad_env "TEST_TIMEOUT (seconds)" "$timeout_s"
+[[ $jobs_n =~ ^[1-9][0-9]*$ ]] || bad_env TEST_JOBS "$jobs_n"
 filters=("$@")
 
 passed=0
@@ -122,7 +121,8 @@ for t in tests/integration/*.sh tests/faults/*.sh; do
     if ((jobs_n == 1)); then
         order+=("$i")
     else
-        order+=("$(printf '%d %012.1f %d' "$((1 - serial[i]))" "$(awk -v e="$est" 'BEGIN { print 1e6 - e }')" "$i")")
+        order+=("$(awk -v s="${serial[i]}" -v e="$est" -v i="$i" \
+            'BEGIN { printf "%d %012.1f %d", 1 - s, 1e6 - e, i }')")
     fi
 done
 if ((jobs_n > 1 && ${#order[@]})); then
@@ -185,13 +185,14 @@ for i in "${order[@]}"; do
     fi
 done
 while ((${#running[@]})); do finish_one; done
-echo "== $((${#order[@]})) tests in $(awk -v a="$t_all" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }') s"
+secs=$(awk -v a="$t_all" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }')
+echo "== ${#order[@]} tests in $secs s"
 
 # This run's times (merged into the last ones) order the next run.
 if ((${#secs_of[@]})); then
     for n in "${!secs_of[@]}"; do last_secs[$n]=${secs_of[$n]}; done
-    for n in "${!last_secs[@]}"; do echo "$n ${last_secs[$n]}"; done | sort >"$times_file.$$" 2>/dev/null &&
-        mv "$times_file.$$" "$times_file"
+    for n in "${!last_secs[@]}"; do echo "$n ${last_secs[$n]}"; done |
+        sort >"$times_file.$$" 2>/dev/null && mv "$times_file.$$" "$times_file"
 fi
 
 ((failed)) && echo "failed: ${failed_names[*]}"
