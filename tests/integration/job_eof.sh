@@ -26,6 +26,11 @@ for k in 1 2 3; do
         --print-ids --quiet
     cons+=("$BG_PID")
 done
+# A consumer that opens once epoch 0 is over and drained starts at epoch 1
+# (docs/PROTOCOL.md): under load one did, after the other two had read all
+# of it. All three open before any batch exists, so each is there for both.
+wait_for 30 eval '[[ $(rcli HLEN "sluice:{$q}:consumers") == 3 ]]' ||
+    fail "the 3 consumers did not open: $(cat "$T"/c*.err)"
 prods=()
 for k in 1 2; do
     bg "$T/p$k.out" "$T/p$k.err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" --quiet
