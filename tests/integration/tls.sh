@@ -15,6 +15,7 @@
 # broken SLUICE_TLS_* files, rediss:// to the plain port, redis:// to the
 # TLS port. Last, a Redis Cluster of 3 masters speaking TLS (bus and
 # clients) runs a job over rediss+cluster://.
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/python.sh
