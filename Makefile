@@ -245,6 +245,8 @@ asan:
 
 # The integration tests whose assertions are not about time, with every
 # sluice program under valgrind memcheck: any error or leak fails them.
+# Two at a time (TEST_JOBS overrides): under valgrind they are busy on the
+# CPU, not waiting, so more than the cores only stretches each.
 VALGRIND_TESTS ?= exactly_once corrupt_tfrecord cli_errors redis_restart oom \
                   consumer_garbage consumer_coordinated consumer_kill consumer_poison \
                   job_exactly_once job_exec_fail job_manifest_error \
@@ -253,7 +255,8 @@ valgrind: deps
 	@scripts/install-deps.sh valgrind
 	@$(MAKE) --no-print-directory unit
 	@scripts/valgrind-tree.sh $(BUILD) $(BUILD)-valgrind
-	@BUILD=$(BUILD)-valgrind TEST_TIMEOUT=600 tests/run.sh $(VALGRIND_TESTS)
+	@BUILD=$(BUILD)-valgrind TEST_TIMEOUT=600 TEST_JOBS=$(or $(TEST_JOBS),2) \
+	    tests/run.sh $(VALGRIND_TESTS)
 
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -16,11 +16,19 @@
 # servers may run at once: copy those variables after each start, and pass
 # the port to redis_tmp_stop / redis_tmp_restart / redis_tmp_use to address
 # a given one. Nothing ever touches the system's redis on 6379.
+# An argument "{free-port}" (for --tls-port, --cluster-port) becomes a free
+# port too, picked afresh with the server's own on each try; they are in
+# REDIS_TMP_EXTRA_PORTS, in order.
+# Tests run several at a time (tests/run.sh), so a port free a moment ago
+# may be another test's server by the time ours binds it: a start counts
+# only when our own server's log says it is ready (a PONG alone could be
+# the other test's), and a start that lost its port tries another.
 # The functions work with and without `set -e` in the caller.
 
 REDIS_TMP_SERVER=${REDIS_TMP_SERVER:-redis-server}
 REDIS_TMP_CLI=${REDIS_TMP_CLI:-redis-cli}
 declare -gA _REDIS_TMP_PID=() _REDIS_TMP_DIR=() _REDIS_TMP_WRAP=()
+declare -ga REDIS_TMP_EXTRA_PORTS=()
 
 # Prints a port that was free on 127.0.0.1 a moment ago (bind to port 0).
 redis_tmp_free_port() {
@@ -48,7 +56,8 @@ redis_tmp_cli() {
 
 # _redis_tmp_launch PORT DIR: starts redis-server with the args saved in
 # DIR/args and waits until it answers. Returns 0 and sets _REDIS_TMP_PID[PORT],
-# 2 when the port was taken by someone else, 1 on any other failure.
+# 2 when a port (its own or one in the args) was taken by someone else, 1 on
+# any other failure.
 _redis_tmp_launch() {
     local port=$1 dir=$2 args=() pid wrapper i reply
     mapfile -d '' -t args <"$dir/args"
@@ -80,9 +89,15 @@ _redis_tmp_launch() {
             tail -n 20 "$dir/redis.log" >&2
             return 1
         fi
+        # Whoever answers on the port, it is ours only once our server has
+        # logged that it listens (after loading its AOF, if any): another
+        # test's server may hold the port while ours fails to bind it.
+        if ! grep -qi 'ready to accept connections' "$dir/redis.log"; then
+            sleep 0.05
+            continue
+        fi
         reply=$(timeout 2 env -u REDISCLI_AUTH "$REDIS_TMP_CLI" -h 127.0.0.1 -p "$port" ping 2>&1 || true)
         # A server started with --requirepass answers NOAUTH: it is up.
-        # LOADING: it is reading its AOF; wait until it is done.
         if [[ $reply == PONG || $reply == *NOAUTH* ]]; then
             _REDIS_TMP_PID[$port]=$pid
             _REDIS_TMP_WRAP[$port]=$wrapper
@@ -100,13 +115,21 @@ _redis_tmp_launch() {
 # redis_tmp_start [redis-server args...]: starts a new private server and
 # makes it the current one. Returns non-zero (with a message) on failure.
 redis_tmp_start() {
-    local dir port rc
+    local dir port rc a args=()
     command -v "$REDIS_TMP_SERVER" >/dev/null 2>&1 || {
         echo "redis-tmp: $REDIS_TMP_SERVER not found (run scripts/install-deps.sh)" >&2; return 1; }
     dir=$(mktemp -d "${TMPDIR:-/tmp}/sluice-redis.XXXXXX") || return 1
-    if (($#)); then printf '%s\0' "$@" >"$dir/args"; else : >"$dir/args"; fi
     for _ in 1 2 3 4 5 6 7 8; do
         port=$(redis_tmp_free_port) || { rm -rf "$dir"; return 1; }
+        REDIS_TMP_EXTRA_PORTS=() args=()
+        for a in "$@"; do
+            if [[ $a == '{free-port}' ]]; then
+                a=$(redis_tmp_free_port) || { rm -rf "$dir"; return 1; }
+                REDIS_TMP_EXTRA_PORTS+=("$a")
+            fi
+            args+=("$a")
+        done
+        if ((${#args[@]})); then printf '%s\0' "${args[@]}" >"$dir/args"; else : >"$dir/args"; fi
         rc=0
         _redis_tmp_launch "$port" "$dir" || rc=$?
         if ((rc == 0)); then
@@ -115,7 +138,8 @@ redis_tmp_start() {
             return 0
         fi
         ((rc == 2)) || break
-        echo "redis-tmp: port $port was taken meanwhile, trying another" >&2
+        echo "redis-tmp: port $port ${REDIS_TMP_EXTRA_PORTS[*]} was taken meanwhile," \
+            "trying others" >&2
     done
     rm -rf "$dir"
     echo "redis-tmp: could not start redis-server" >&2

@@ -24,6 +24,7 @@
 # apply); no pending list, no dead letter, no batch left in Redis.
 # AOF_KEEP=DIR keeps what a failing run leaves (the delivery log, the
 # clients' stderr, Redis's dir) in DIR.
+# test: long
 # shellcheck source=tests/lib/faults.sh
 . "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume

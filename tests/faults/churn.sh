@@ -31,6 +31,7 @@
 # left in Redis (tests/faults/check_ids.py).
 # Prints the seed's choices, then every action with its time; CHURN_KEEP=DIR
 # keeps the outputs and Redis's dir of a failing run in DIR.
+# test: long
 # shellcheck source=tests/lib/faults.sh
 . "$(dirname "$0")/../lib/faults.sh"
 # shellcheck source=tests/lib/python.sh

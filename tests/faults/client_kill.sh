@@ -9,6 +9,7 @@
 # acked counters grow, each within 2 s: no stall. Then: every process
 # finishes, every batch id of both epochs exactly once and acknowledged,
 # per-epoch record counts and checksums equal the shards', nothing left.
+# test: long
 # shellcheck source=tests/lib/faults.sh
 . "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume

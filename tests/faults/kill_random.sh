@@ -14,6 +14,7 @@
 # consumer, killed ones included): every batch id of both epochs delivered
 # and acknowledged; a duplicate only where an earlier copy went to a killed
 # consumer, carrying deliveries >= 2; nothing left in Redis; job finished.
+# test: long
 # shellcheck source=tests/lib/faults.sh
 . "$(dirname "$0")/../lib/faults.sh"
 # shellcheck source=tests/lib/python.sh

@@ -9,6 +9,7 @@
 # finish; every batch id of both epochs delivered exactly once and
 # acknowledged (nobody was killed, so no duplicate at all); the consumers'
 # per-epoch record counts and checksums equal the shards'; nothing left.
+# test: long
 # shellcheck source=tests/lib/faults.sh
 . "$(dirname "$0")/../lib/faults.sh"
 need_bin sluice-ctl sluice-producer sluice-consume

@@ -16,6 +16,9 @@
 #    without a slow script.
 # Size: N = 200,000 by default (a few seconds per submit); SLUICE_BIG=1
 # runs the full N = 1,000,000 (about 16 s per submit on an idle machine).
+# Alone (tests/run.sh): Redis's slowest script (SLOWLOG, 100 ms) and PING
+# waits (500 ms) are wall time, which other tests' CPU would stretch.
+# test: serial
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl

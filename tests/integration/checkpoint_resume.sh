@@ -8,6 +8,7 @@
 # (the batches the trainer holds at the end) has every batch of every
 # epoch exactly once, the ranks equal counts per epoch, and epochs in
 # order. CKPT_SEEDS="s1 s2 ..." chooses the seeds (default: 3 random).
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/python.sh

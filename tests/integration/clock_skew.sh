@@ -14,6 +14,9 @@
 # batch of both epochs delivered exactly once (check_ids.py --exact: not a
 # single duplicate) and acknowledged; every process exits 0; the job is
 # finished and the queue holds nothing.
+# Alone (tests/run.sh): leases of 1 s, renewed by producers and consumers
+# that other tests' CPU would delay.
+# test: serial
 # shellcheck source=tests/lib/faults.sh
 . "$(dirname "$0")/../lib/faults.sh"
 # shellcheck source=tests/lib/python.sh

@@ -8,6 +8,7 @@
 # as a replica. The producers and consumers ride it out: all exit 0, and
 # every record arrives exactly once per epoch (no batch lost, none
 # delivered twice to the application), every consumer sees each epoch end.
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/cluster.sh

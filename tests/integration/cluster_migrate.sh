@@ -7,6 +7,7 @@
 # clients follow (ASK/TRYAGAIN during the move, MOVED after it): every
 # record arrives exactly once per epoch, every consumer sees each epoch end,
 # all exit 0, and no producer or consumer prints an error.
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/cluster.sh

@@ -4,6 +4,7 @@
 # scripts reach the master of their queue's slot, MOVED is followed after a
 # slot moved, ASK during a half-done migration, and a killed master's
 # promoted replica is found (by the router, and by a connection's resolver).
+# test: long
 . "$(dirname "$0")/../lib/integration.sh"
 . "$(dirname "$0")/../lib/cluster.sh"
 need_bin cluster-probe

@@ -15,6 +15,7 @@
 #   Python package, imported once in the build stage);
 # - the helper scripts of docker/ behave (submit modes, healthcheck,
 #   trainer install), run against stubs.
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 

@@ -22,6 +22,7 @@
 #  (c) As (b), but nobody else consumes: the resumed trainer takes back what
 #      it had prefetched, and its application gets every one of them
 #      (unflagged), none acknowledged unseen.
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/python.sh

@@ -3,6 +3,8 @@
 # 16 x 1 KiB, a "training step" of 300 µs between calls (time for the
 # background thread to refill), every next() and release() timed. Prints the
 # median and tail; fails only if the median is far from microseconds.
+# Alone (tests/run.sh): it times next() in microseconds.
+# test: serial
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl next-latency

@@ -13,6 +13,7 @@
 # same before and after every refused command, so a refused submit leaves
 # no job key, no task, nothing (a producer's own liveness entry in an
 # existing queue aside).
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume

@@ -7,6 +7,9 @@
 # `pkg-config --cflags --libs sluice` (sysroot = the DESTDIR) compiles,
 # links and runs against the installed library.
 # (tests/integration/python_install.sh runs the installed Python package.)
+# Alone (tests/run.sh): its `make install` relinks, in $BUILD, whatever is
+# older than the Makefile, under the feet of tests running its programs.
+# test: serial
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 

@@ -12,6 +12,7 @@
 # of the producer holding the job's only task to another producer (waiting
 # for a task) claiming it again. It is printed ("recovery ...") and must lie
 # between lease - lease/3 (the last renewal may be that old) and lease + 2 s.
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord

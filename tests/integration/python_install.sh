@@ -6,6 +6,9 @@
 # folder and no SLUICE_LIB or LD_LIBRARY_PATH, /usr/bin/python3 imports
 # sluice over the installed library and pushes and consumes a batch on a
 # private Redis. `make uninstall` removes all of it.
+# Alone (tests/run.sh): its `make install` relinks, in $BUILD, whatever is
+# older than the Makefile, under the feet of tests running its programs.
+# test: serial
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 

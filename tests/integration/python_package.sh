@@ -10,6 +10,7 @@
 # - a library of another version, with other struct sizes or without
 #   sluice_struct_size() is refused at import, before anything else is
 #   called, with the library's path and expected vs found.
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 

@@ -5,6 +5,9 @@
 # on a coordinated queue (equal counts); num_workers > 1 on it fails at
 # once, unless the queue has world x num_workers ranks; and without
 # PyTorch, BatchDataset says so. Every batch pushed ends acknowledged.
+# Alone (tests/run.sh): it bounds how long errors take (2.5 s) and ends
+# iterations on 700 ms of idleness, and PyTorch is heavy on the CPU.
+# test: serial
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/python.sh

@@ -15,6 +15,7 @@
 # broken SLUICE_TLS_* files, rediss:// to the plain port, redis:// to the
 # TLS port. Last, a Redis Cluster of 3 masters speaking TLS (bus and
 # clients) runs a job over rediss+cluster://.
+# test: long
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/python.sh
@@ -52,9 +53,9 @@ mkcert stranger other_ca "/CN=stranger"
 
 TLS_ARGS=(--tls-cert-file "$T/server.pem" --tls-key-file "$T/server.key"
           --tls-ca-cert-file "$T/ca.pem")
-tls_port=$(redis_tmp_free_port)
-redis_tmp_start --tls-port "$tls_port" "${TLS_ARGS[@]}" --tls-auth-clients optional ||
+redis_tmp_start --tls-port '{free-port}' "${TLS_ARGS[@]}" --tls-auth-clients optional ||
     fail "redis-server with TLS did not start"
+tls_port=${REDIS_TMP_EXTRA_PORTS[0]}
 PLAIN_URL=$REDIS_URL
 TLS_URL=rediss://127.0.0.1:$tls_port
 REDIS_URL=$TLS_URL      # ctl() goes over TLS

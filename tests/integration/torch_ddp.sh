@@ -19,6 +19,9 @@
 # seeds 1-3 and 7), while a model that saw a sixth of it (20 steps) scores
 # 0.74 and chance is 0.10; 0.78 fails a pipeline that loses or repeats a
 # good part of the data, not an unlucky order.
+# Alone (tests/run.sh): two PyTorch ranks training keep both cores busy;
+# beside other tests under load it came near the 120 s timeout.
+# test: serial
 # shellcheck source=tests/lib/integration.sh
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/python.sh

@@ -73,18 +73,19 @@ _cluster_live_ports() {
 # redis-tmp server: REDIS_PORT). Not in a subshell: redis-tmp.sh keeps its
 # list of servers (for the cleanup) in this shell's variables.
 _cluster_start_node() {
-    local bus tls=() tls_port=
-    bus=$(redis_tmp_free_port) || return 1
+    local tls=()
+    # The bus and TLS ports are picked by redis_tmp_start, so that a port
+    # another test took meanwhile is picked again, not tried for ever.
     if ((${#CLUSTER_TLS_ARGS[@]})); then
-        tls_port=$(redis_tmp_free_port) || return 1
-        tls=(--tls-port "$tls_port" --tls-cluster yes --tls-replication yes "${CLUSTER_TLS_ARGS[@]}")
+        tls=(--tls-port '{free-port}' --tls-cluster yes --tls-replication yes "${CLUSTER_TLS_ARGS[@]}")
     fi
     redis_tmp_start --cluster-enabled yes --cluster-config-file nodes.conf \
-        --cluster-node-timeout 1000 --cluster-port "$bus" \
+        --cluster-node-timeout 1000 --cluster-port '{free-port}' \
         --cluster-replica-validity-factor 0 \
         --repl-diskless-sync yes --repl-diskless-sync-delay 0 \
         ${tls[@]+"${tls[@]}"} ${CLUSTER_REDIS_ARGS[@]+"${CLUSTER_REDIS_ARGS[@]}"} || return 1
-    [[ -z $tls_port ]] || CLUSTER_TLS_PORT[$REDIS_PORT]=$tls_port
+    # The {free-port}s in order: the bus port, then the TLS port (if any).
+    ((${#tls[@]} == 0)) || CLUSTER_TLS_PORT[$REDIS_PORT]=${REDIS_TMP_EXTRA_PORTS[1]}
 }
 
 # _cluster_bus_port PORT: the node's cluster bus port.
