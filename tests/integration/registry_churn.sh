@@ -20,6 +20,7 @@
 #  - the job of the queue ends: every producer left, the registry is
 #    empty, pstats_gone holds every batch pushed.
 # shellcheck source=tests/lib/integration.sh
+# test: long (about 30 s: leases of 1 s run out many times)
 . "$(dirname "$0")/../lib/integration.sh"
 need_bin sluice-ctl sluice-producer sluice-consume gen-tfrecord hold
 
