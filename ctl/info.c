@@ -37,6 +37,20 @@ static void print_peers(const char *kind, const peer *ps, size_t n, long long le
     }
 }
 
+/* The producers or consumers that left the registry, their counters added
+ * up when each left (pstats_gone, cstats_gone): nothing when none did. */
+static void print_left(const char *kind, const ctl_fields *gone)
+{
+    long long n = ctl_fields_num(gone, "left");
+    if (n <= 0)
+        return;
+    printf("%ss left: %lld;", kind, n);
+    for (size_t i = 0; i < gone->n; i++)
+        if (strcmp(gone->f[i].name, "left") != 0)
+            printf(" %s=%s", gone->f[i].name, gone->f[i].value);
+    printf("\n");
+}
+
 static void print_job(const qinfo *in)
 {
     const job_info *j = &in->job;
@@ -79,6 +93,7 @@ static void print_job(const qinfo *in)
     }
     printf("producers: %zu\n", qstate_alive(in->prod, in->nprod, in->lease_ms));
     print_peers("producer", in->prod, in->nprod, in->lease_ms);
+    print_left("producer", &in->pgone);
 }
 
 /* One line per partition: where it is and what it holds against its
@@ -130,6 +145,7 @@ static void print_info(const qview *v)
     print_partitions(v, 0);
     print_job(in);
     print_peers("consumer", in->cons, in->ncons, in->lease_ms);
+    print_left("consumer", &in->cgone);
 }
 
 /* ---- JSON output ---------------------------------------------------------- */
@@ -282,8 +298,12 @@ static void print_json(const qview *v, int job_only)
     }
     info_json_job(&w, in);
     info_json_peers(&w, "producers", in->prod, in->nprod, 1, in->lease_ms);
-    if (!job_only)
+    /* Those that left the registries, their counters added up (as stat). */
+    info_json_hash(&w, "producers_left", &in->pgone);
+    if (!job_only) {
         info_json_peers(&w, "consumers", in->cons, in->ncons, 0, in->lease_ms);
+        info_json_hash(&w, "consumers_left", &in->cgone);
+    }
     info_json_partitions(&w, v);
     json_object_end(&w);
     putchar('\n');

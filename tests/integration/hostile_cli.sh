@@ -24,12 +24,14 @@ plain=redis://127.0.0.1:$REDIS_PORT
 rcli() { redis_tmp_cli -a h0stile-pw --no-auth-warning --raw "$@"; }
 # digest: a digest of every key and value in Redis, except the liveness
 # entry and counters a producer publishes about itself in an existing
-# queue (sluice:{q}:producers, pstats:*), which even a producer that fails
-# on its input leaves, as one that succeeds does.
+# queue (sluice:{q}:producers, ptoken, pstats:*, and pstats_gone, where its
+# counters go when it leaves), which even a producer that fails on its
+# input leaves, as one that succeeds does.
 # The key names go to $T/keys.TAG.
 digest() {
     local keys
-    rcli KEYS '*' | grep -vE '^sluice:\{q\}:(producers|pstats:.*)$' | sort >"$T/keys.$1"
+    rcli KEYS '*' | grep -vE '^sluice:\{q\}:(producers|ptoken|pstats:.*|pstats_gone)$' | sort \
+        >"$T/keys.$1"
     mapfile -t keys <"$T/keys.$1"
     { printf '%s\n' "${keys[@]}"; ((${#keys[@]} == 0)) || rcli DEBUG DIGEST-VALUE "${keys[@]}"; } | md5sum
 }
