@@ -35,6 +35,8 @@ for k in 1 2; do
         --summary --epochs --quiet
     cons+=("$BG_PID")
 done
+# Both open before any batch exists, so each is there for both epochs.
+wait_for 30 consumers_are "$q" 2 || fail "the consumers did not open: $(cat "$T"/c*.err)"
 prods=()
 for k in 1 2 3 4; do
     bg "$T/p$k.out" "$T/p$k.err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" \

@@ -55,6 +55,8 @@ for k in 1 2; do
         --summary --epochs --quiet
     cons+=("$BG_PID")
 done
+# Both open before the job can end, so each is there for the epoch.
+wait_for 30 consumers_are "$q" 2 || fail "the consumers did not open: $(cat "$T"/c*.err)"
 prods=()
 for k in B C; do
     bg "$T/p$k.out" "$T/p$k.err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "$q" \

@@ -63,6 +63,12 @@ owner_is() { [[ $(rcli HGET "sluice:{$1}:towner" "$2") == "$3" ]]; }
 # held_is Q N: queue Q holds N batches.
 held_is() { [[ $(rcli HLEN "sluice:{$1}:dlv") == "$2" ]]; }
 
+# consumers_are Q N: N consumers of queue Q are registered (have opened).
+# A consumer that opens once an epoch is over and drained starts at the
+# next one (docs/PROTOCOL.md): a test that wants every consumer to see
+# every epoch waits for this before it starts the producers.
+consumers_are() { [[ $(rcli HLEN "sluice:{$1}:consumers") == "$2" ]]; }
+
 # need_bin NAME...: the test needs these programs in $BUILD.
 need_bin() {
     local b
