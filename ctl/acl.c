@@ -49,7 +49,7 @@ static const char *const producer_keys[] = {
  * deleting) and the producers' own (producers, pstats:, ptoken,
  * pstats_gone, pgone:, in:). */
 static const char *const consumer_keys[] = {
-    "consumers", "cstats:*", "cstats_gone", "cgone:*", "ctoken", "crank", "rholder",
+    "consumers", "cstats:*", "cstats_gone", "cgone:*", "ctoken", "crank", "cckpt", "rholder",
     "pending:*", "ready:*", "stage:*", "b:*", "dlv", "bytes", "acked:*", "bitmaps", "dead",
     "deadinfo", "deadb:*", "recover", "recover_pause", "runid", "redo", "stats", "estats",
     "room", "task_wake", "jrun", "tasks:*", "tlease", "towner", "tattempts", "tcrashes",

@@ -31,6 +31,8 @@ local op, cid, rank, owner = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 if cid ~= '' then
   local err = enter(cid, ARGV[3], '0', rank, now)
   if err then return err end
+  -- The consumer runs with checkpoints (lib.lua: give_back).
+  redis.call('HSET', pre .. 'cckpt', cid, owner)
 end
 local ck = pre .. 'ckpt:' .. owner
 local kept = pre .. 'ckpts:' .. owner

@@ -96,11 +96,12 @@ redis.call('HSET', gone, 'del_phase', phase)
 if phase < 9 then return {n, 1} end
 local keys = {}
 for i, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'ctoken', 'crank',
-                    'rholder', 'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'jrun', 'taskdef',
-                    'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches', 'tresume', 'trun',
-                    'failed', 'edone', 'eof', 'task_wake', 'jstage', 'jstage:taskdef',
-                    'redo', 'recover', 'recover_pause', 'runid', 'dropped', 'cowners', 'retained',
-                    'retained_bytes', 'ptoken', 'pstats_gone', 'cstats_gone'}) do
+                    'cckpt', 'rholder', 'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'jrun',
+                    'taskdef', 'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches',
+                    'tresume', 'trun', 'failed', 'edone', 'eof', 'task_wake', 'jstage',
+                    'jstage:taskdef', 'redo', 'recover', 'recover_pause', 'runid', 'dropped',
+                    'cowners', 'retained', 'retained_bytes', 'ptoken', 'pstats_gone',
+                    'cstats_gone'}) do
   keys[i] = pre .. s
 end
 n = n + redis.call('UNLINK', unpack(keys))

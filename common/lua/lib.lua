@@ -183,6 +183,13 @@ end
 local function give_back(cid, maxd, now, extra)
   local pending = pre .. 'pending:' .. cid
   local rank = redis.call('HGET', pre .. 'crank', cid)
+  -- A consumer with checkpoints (cckpt) serves a trainer that, after a
+  -- crash, resumes from its checkpoint and trains again all it received
+  -- since: its deaths say nothing against the batches it held, which come
+  -- back counted (flagged) but never dead-lettered for it. Resumed again
+  -- and again from one checkpoint, it would lose them otherwise, and a
+  -- rank short of one batch falls out of step with the others.
+  if redis.call('HEXISTS', pre .. 'cckpt', cid) == 1 then maxd = 0 end
   local n = 0
   while true do
     -- Newest first, each to the front: the oldest ends up next in line.
@@ -273,6 +280,7 @@ local function drop_consumer(cid, reaped)
   redis.call('HDEL', pre .. 'consumers', cid)
   redis.call('HDEL', pre .. 'ctoken', cid)
   redis.call('HDEL', pre .. 'crank', cid)
+  redis.call('HDEL', pre .. 'cckpt', cid)
   fold_stats('c', cid, reaped and tok or nil)
 end
 
