@@ -156,11 +156,31 @@ static int check_create_name(const char *q, const create_opts *o)
     return 0;
 }
 
-/* Removes the keys of q that match q's prefix + what; see sweep_keys. */
-static long long sweep_pattern(ctl *x, const char *q, const char *what)
+/* Whether key (of queue q: prefix, plen bytes) is one sweep_keys removes. */
+static int swept_kind(const char *key, const char *prefix, size_t plen)
+{
+    static const char *const kinds[] = {"in:", "pgone:", "cgone:"};
+    if (strncmp(key, prefix, plen) != 0)
+        return 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        if (strncmp(key + plen, kinds[k], strlen(kinds[k])) == 0)
+            return 1;
+    return 0;
+}
+
+/* The keys of q no registry names, on the node of q, removed with one SCAN
+ * from here (a script walking the key space would hold Redis for as long
+ * as the walk): the frames of pushes whose script never ran (in:*) and
+ * what producers and consumers reaped while frozen left to expire
+ * (pgone:*, cgone:*). The delete script has removed every other key but
+ * its own progress by then, so matching the queue's whole prefix costs
+ * nothing more. Returns how many were removed, or -1 (printed) when a
+ * command failed. */
+static long long sweep_keys(ctl *x, const char *q)
 {
     char pattern[SLUICE_MAX_KEY];
-    sluicei_key(pattern, q, what);
+    sluicei_key(pattern, q, "*");
+    size_t plen = strlen(pattern) - 1;
     char cursor[32] = "0";
     long long removed = 0;
     do {
@@ -177,7 +197,8 @@ static long long sweep_pattern(ctl *x, const char *q, const char *what)
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         const redisReply *keys = r->element[1];
         for (size_t i = 0; i < keys->elements; i++) {
-            if (keys->element[i]->type != REDIS_REPLY_STRING)
+            if (keys->element[i]->type != REDIS_REPLY_STRING ||
+                !swept_kind(keys->element[i]->str, pattern, plen))
                 continue;
             const char *unlink[2] = {"UNLINK", keys->element[i]->str};
             redisReply *u = ctl_must(x, q, 2, unlink);
@@ -190,25 +211,6 @@ static long long sweep_pattern(ctl *x, const char *q, const char *what)
         }
         freeReplyObject(r);
     } while (strcmp(cursor, "0") != 0);
-    return removed;
-}
-
-/* The keys of q no registry names, on the node of q, removed with SCAN
- * from here (a script walking the key space would hold Redis for as long
- * as the walk): the frames of pushes whose script never ran (in:*) and
- * what producers and consumers reaped while frozen left to expire
- * (pgone:*, cgone:*). Returns how many were removed, or -1 (printed) when
- * a command failed. */
-static long long sweep_keys(ctl *x, const char *q)
-{
-    static const char *const kinds[] = {"in:*", "pgone:*", "cgone:*"};
-    long long removed = 0;
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-        long long n = sweep_pattern(x, q, kinds[k]);
-        if (n < 0)
-            return -1;
-        removed += n;
-    }
     return removed;
 }
 

@@ -7,9 +7,9 @@
 -- {keys removed by this step, 1 while more remain, 2 when only the caller's
 -- sweep is left, else 0}. On 2 the caller removes the keys no registry
 -- names: the in: keys of pushes whose script never ran and the pgone: and
--- cgone: keys of peers reaped while frozen (SCAN MATCH sluice:{Q}:in:*,
--- ...:pgone:*, ...:cgone:* and UNLINK, from the client: no script walks
--- the key space), then runs it with 'swept'.
+-- cgone: keys of peers reaped while frozen (SCAN MATCH sluice:{Q}:* and
+-- UNLINK of those, from the client: no script walks the key space), then
+-- runs it with 'swept'.
 --! include lib
 local gone = pre .. 'deleting'
 if redis.call('EXISTS', meta) == 1 then
