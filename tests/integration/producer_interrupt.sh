@@ -14,16 +14,24 @@ seq 1 500 >"$T/a.txt"
 seq 501 1000 >"$T/b.txt"
 # 1000 records in batches of 10: 100 batches; --inflight 1024 lets the
 # producer hold them all, so both files are read at once; the queue takes 4.
+# interrupt TAG ARGS...: a files-mode producer on queue q (batches of 10,
+# lines, ARGS added) is sent SIGINT once the queue is full (4 batches) and
+# must exit 130; its stderr is $T/err.TAG.
+interrupt() {
+    local tag=$1 pid rc=0
+    shift
+    bg "$T/out.$tag" "$T/err.$tag" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue q \
+        --format lines --batch-size 10 "$@"
+    pid=$BG_PID
+    wait_for 20 held_is q 4 || fail "the queue never filled: $(cat "$T/err.$tag")"
+    kill -INT "$pid"
+    wait_pid "$pid" 20 || rc=$?
+    ((rc == 130)) || fail "exit $rc after SIGINT, expected 130: $(cat "$T/err.$tag")"
+    note "stderr: $(cat "$T/err.$tag")"
+}
+
 ctl create q --max-batches 4 --max-bytes 1M >/dev/null || fail "create"
-bg "$T/out" "$T/err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue q --format lines \
-    --batch-size 10 --inflight 1024 "$T/a.txt" "$T/b.txt"
-pid=$BG_PID
-wait_for 20 held_is q 4 || fail "the queue never filled: $(cat "$T/err")"
-kill -INT "$pid"
-rc=0
-wait_pid "$pid" 20 || rc=$?
-((rc == 130)) || fail "exit $rc after SIGINT, expected 130: $(cat "$T/err")"
-note "stderr: $(cat "$T/err")"
+interrupt 1 --inflight 1024 "$T/a.txt" "$T/b.txt"
 
 # check ERRFILE TOTAL: the interrupted line of ERRFILE tells the stored
 # batches (what the queue holds) and the ones not stored, by kind; with
@@ -55,25 +63,18 @@ check() {
     echo "ok: $line"
 }
 
-line=$(grep 'interrupted by SIGINT' "$T/err") || fail "no 'interrupted by SIGINT' line"
+line=$(grep 'interrupted by SIGINT' "$T/err.1") || fail "no 'interrupted by SIGINT' line"
 # Both files are read at once, but a loaded machine may stop the producer
 # before it has read them to the end: the sum over all 100 batches holds
 # only when it says it did.
 [[ $line =~ ([0-2])\ of\ 2\ files\ read\ to\ the\ end ]] || fail "files read not told: $line"
-if [[ ${BASH_REMATCH[1]} == 2 ]]; then check "$T/err" 100; else check "$T/err" 0; fi
+if [[ ${BASH_REMATCH[1]} == 2 ]]; then check "$T/err.1" 100; else check "$T/err.1" 0; fi
 
 # A long file: the producer is stopped while its pushes wait for room,
 # with the rest of the file not read (a push cut short counts as not sent).
 ctl delete q >/dev/null && ctl create q --max-batches 4 --max-bytes 1M >/dev/null ||
     fail "create again"
 seq 1 200000 >"$T/big.txt"
-bg "$T/out2" "$T/err2" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue q --format lines \
-    --batch-size 10 "$T/big.txt"
-pid=$BG_PID
-wait_for 20 held_is q 4 || fail "the queue never filled: $(cat "$T/err2")"
-kill -INT "$pid"
-rc=0
-wait_pid "$pid" 20 || rc=$?
-((rc == 130)) || fail "exit $rc after SIGINT, expected 130: $(cat "$T/err2")"
-grep -q '0 of 1 files read to the end' "$T/err2" || fail "files read: $(cat "$T/err2")"
-check "$T/err2" 0
+interrupt 2 "$T/big.txt"
+grep -q '0 of 1 files read to the end' "$T/err.2" || fail "files read: $(cat "$T/err.2")"
+check "$T/err.2" 0
