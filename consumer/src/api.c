@@ -413,9 +413,13 @@ void sluice_batch_ack(sluice_batch *b)
         mu_lock(c);
         for (size_t i = 0; i < c->nout; i++)
             if (c->out[i].b == b) {
+                if (c->nacks == 0)
+                    c->acks_since_ms = sluicei_now_ms();
                 memcpy(c->acks[c->nacks++].s, c->out[i].rid, RID_MAX);
                 c->out[i] = c->out[--c->nout];
-                if (c->parked || c->nacks >= ACK_WAKE_MAX)
+                /* A parked loop is woken by the first ack, to send it
+                 * ACK_DELAY_MS later with those that follow meanwhile. */
+                if ((c->parked && c->nacks == 1) || c->nacks >= ACK_WAKE_MAX)
                     wake = loop_wake_needed(c);
                 break;
             }

@@ -151,6 +151,8 @@ void consumer_free(sluice_consumer *c)
         event_free(c->oom_ev);
     if (c->notify_ev)
         event_free(c->notify_ev);
+    if (c->ack_ev)
+        event_free(c->ack_ev);
     if (c->base)
         event_base_free(c->base);
     if (c->wake_fd >= 0)

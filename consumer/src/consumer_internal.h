@@ -72,6 +72,12 @@
 #define REQ_POOL_MAX 256
 /* Released batches whose acks wait for a busy loop before it is woken. */
 #define ACK_WAKE_MAX 64
+/* A loop sends the acks released meanwhile ACK_DELAY_MS after the first
+ * of them, or at once when ACK_WAKE_MAX wait, next() waits for a batch, a
+ * checkpoint is asked for, an epoch is started or the consumer closes: a
+ * trainer slower than the queue costs Redis one ack call (and one
+ * wake-up) per ACK_DELAY_MS instead of one per batch. */
+#define ACK_DELAY_MS 10
 /* Batches acknowledged by one ack script call. */
 #define ACK_BATCH_MAX 128
 /* Acknowledgements remembered for restore after a reconnect: those
@@ -225,6 +231,8 @@ struct sluice_consumer {
     size_t nout, out_cap;
     idbuf *acks;               /* ack_cap >= nacks + nout: release() never allocates */
     size_t nacks, ack_cap;
+    int64_t acks_since_ms;     /* monotonic ms the first of acks[] was released */
+    int acks_held;             /* the loop holds acks[] until ack_ev (ACK_DELAY_MS) */
     uint32_t epoch;            /* the epoch next() delivers */
     int at_marker, marker_last;
     int advance_req, finished, closing;
@@ -273,7 +281,7 @@ struct sluice_consumer {
     sluicei_router *router;    /* route_addr's, opened at the first failed session */
     int resolve;               /* the next session finds the node anew */
     struct event_base *base;
-    struct event *wake_ev, *tick_ev, *retry_ev, *oom_ev, *notify_ev;
+    struct event *wake_ev, *tick_ev, *retry_ev, *oom_ev, *notify_ev, *ack_ev;
     int notify_armed;          /* notify_ev is active: batches await a signal */
     int wake_fd;
     redisAsyncContext *ac[NCONN];

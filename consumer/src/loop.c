@@ -80,7 +80,12 @@ static int pump_once(sluice_consumer *c)
         return -1;
     mu_lock(c);
     size_t first = c->nunconf;
-    if (c->nacks && !grow((void **)&c->unconf, &c->unconf_cap, c->nunconf + c->nacks,
+    /* Acks wait up to ACK_DELAY_MS for those that follow (see there). */
+    int64_t now = sluicei_now_ms();
+    int hold = c->nacks > 0 && c->nacks < ACK_WAKE_MAX && now - c->acks_since_ms < ACK_DELAY_MS &&
+               !c->closing && !c->advance_req && !c->top->waiting && c->ckpt_state != CK_WANTED;
+    c->acks_held = hold;
+    if (c->nacks && !hold && !grow((void **)&c->unconf, &c->unconf_cap, c->nunconf + c->nacks,
                           sizeof *c->unconf)) {
         memcpy(c->unconf + c->nunconf, c->acks, c->nacks * sizeof *c->acks);
         c->nunconf += c->nacks;
@@ -92,10 +97,19 @@ static int pump_once(sluice_consumer *c)
     int closing = c->closing, finished = c->finished, fatal = c->fatal != SLUICE_OK;
     int cut;
     int room = window_room(c, &cut);
+    /* Above the low-water mark next() wakes the loop once the FIFO is
+     * down to it (pop_batch): a take now, the loop woken for something
+     * else (held acks, the tick), would fetch a few batches a round trip. */
+    if (room > 0 && c->fifo_len > 0 &&
+        !(c->fifo_len <= c->low_water && c->fifo_bytes <= c->win / 2))
+        room = 0;
     if (room <= 0)
         c->want_room = 1;
     int want_lease = c->want_lease, hand_broken = c->hand_broken;
+    int64_t ack_wait = hold ? c->acks_since_ms + ACK_DELAY_MS - now : 0;
     mu_unlock(c);
+    if (hold && !evtimer_pending(c->ack_ev, NULL))
+        loop_arm(c->ack_ev, ack_wait);
 
     if (hand_broken) {
         mu_lock(c);
@@ -158,9 +172,10 @@ static int pump_once(sluice_consumer *c)
 }
 
 /* pump_once(), then publishes whether the loop is parked: release() wakes
- * a parked loop for every ack and leaves a busy one alone (it drains the
- * acks when its round trip ends), so that a trainer's release() costs no
- * system call while batches flow. */
+ * a parked loop for the first ack (which pump_once() holds up to
+ * ACK_DELAY_MS for those that follow) and leaves a busy one alone (it
+ * drains the acks when its round trip ends), so that a trainer's
+ * release() costs no system call while batches flow. */
 void loop_pump(sluice_consumer *c)
 {
     session_hand_flush(c);
@@ -169,14 +184,22 @@ void loop_pump(sluice_consumer *c)
         if (parked < 0)
             return;
         mu_lock(c);
-        /* An ack released since the drain above would wait for the tick. */
-        int again = parked && c->nacks > 0 && round < 3;
+        /* An ack released since the drain above would wait for the tick
+         * (unless it is held on purpose: ack_ev sends it). */
+        int again = parked && c->nacks > 0 && !c->acks_held && round < 3;
         if (!again)
             c->parked = parked;
         mu_unlock(c);
         if (!again)
             return;
     }
+}
+
+static void on_ack_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    loop_pump(arg);
 }
 
 static void on_wake(evutil_socket_t fd, short what, void *arg)
@@ -310,8 +333,9 @@ sluice_err loop_init(sluice_consumer *c, char *errbuf, size_t errlen)
     c->retry_ev = evtimer_new(c->base, on_retry, c);
     c->oom_ev = evtimer_new(c->base, on_oom_timer, c);
     c->notify_ev = event_new(c->base, -1, 0, on_notify, c);
+    c->ack_ev = evtimer_new(c->base, on_ack_timer, c);
     struct timeval tick = {0, TICK_MS * 1000};
-    if (!c->wake_ev || !c->tick_ev || !c->retry_ev || !c->oom_ev || !c->notify_ev ||
+    if (!c->wake_ev || !c->tick_ev || !c->retry_ev || !c->oom_ev || !c->notify_ev || !c->ack_ev ||
         event_add(c->wake_ev, NULL) != 0 || event_add(c->tick_ev, &tick) != 0) {
         snprintf(errbuf, errlen, "setting up the event loop failed");
         return SLUICE_ERR_SYS;
