@@ -80,10 +80,13 @@ static int pump_once(sluice_consumer *c)
         return -1;
     mu_lock(c);
     size_t first = c->nunconf;
-    /* Acks wait up to ACK_DELAY_MS for those that follow (see there). */
+    /* Acks wait up to ACK_DELAY_MS for those that follow (see there);
+     * not while next() waits, or is about to (the FIFO is empty): the
+     * room they make may be what a producer needs to push its batch. */
     int64_t now = sluicei_now_ms();
     int hold = c->nacks > 0 && c->nacks < ACK_WAKE_MAX && now - c->acks_since_ms < ACK_DELAY_MS &&
-               !c->closing && !c->advance_req && !c->top->waiting && c->ckpt_state != CK_WANTED;
+               c->fifo_len > 0 && !c->top->waiting && !c->closing && !c->advance_req &&
+               c->ckpt_state != CK_WANTED;
     c->acks_held = hold;
     if (c->nacks && !hold && !grow((void **)&c->unconf, &c->unconf_cap, c->nunconf + c->nacks,
                           sizeof *c->unconf)) {

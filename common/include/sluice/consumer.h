@@ -241,8 +241,8 @@ SLUICE_EXPORT sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch *
 /* Acknowledges b and frees it: after the call b is no longer valid, nor is
  * anything its accessors returned. The acknowledgement is queued for the
  * background thread, which sends it within 10 ms, with those released
- * meanwhile in one call (at once when 64 wait or next() waits for a
- * batch, and at close); release() itself makes no system call while
+ * meanwhile in one call (at once when 64 wait or nothing prefetched is
+ * left for next(), and at close); release() itself makes no system call while
  * batches flow. A batch of an at-most-once consumer, or one
  * whose consumer was closed, is only freed. NULL is a no-op. */
 SLUICE_EXPORT void sluice_batch_release(sluice_batch *b);
