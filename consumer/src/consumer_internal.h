@@ -75,9 +75,9 @@
 /* A loop sends the acks released meanwhile ACK_DELAY_MS after the first
  * of them, or at once when ACK_WAKE_MAX wait, next() has nothing
  * prefetched to return, a checkpoint is asked for, the next epoch is
- * started or the consumer closes: a
- * trainer slower than the queue costs Redis one ack call (and one
- * wake-up) per ACK_DELAY_MS instead of one per batch. */
+ * started or the consumer closes: a trainer slower than the queue costs
+ * Redis one ack call (and one wake-up) per ACK_DELAY_MS instead of one
+ * per batch. */
 #define ACK_DELAY_MS 10
 /* Batches acknowledged by one ack script call. */
 #define ACK_BATCH_MAX 128

@@ -242,9 +242,9 @@ SLUICE_EXPORT sluice_err sluice_consumer_next(sluice_consumer *c, sluice_batch *
  * anything its accessors returned. The acknowledgement is queued for the
  * background thread, which sends it within 10 ms, with those released
  * meanwhile in one call (at once when 64 wait or nothing prefetched is
- * left for next(), and at close); release() itself makes no system call while
- * batches flow. A batch of an at-most-once consumer, or one
- * whose consumer was closed, is only freed. NULL is a no-op. */
+ * left for next(), and at close); release() itself makes no system call
+ * while batches flow. A batch of an at-most-once consumer, or one whose
+ * consumer was closed, is only freed. NULL is a no-op. */
 SLUICE_EXPORT void sluice_batch_release(sluice_batch *b);
 
 /* Acknowledges b now but keeps it: b and what its accessors returned stay
