@@ -66,7 +66,7 @@ field "$out" shuffle_buffer 0
 field "$out" drop_remainder no
 
 # ---- stat, metrics, --redis= ------------------------------------------------
-n=$(timeout -s INT 2 "$BUILD/sluice-ctl" --redis="$url" stat eq --watch --interval-ms=200 --json |
+n=$(timeout -k 3 -s INT 2 "$BUILD/sluice-ctl" --redis="$url" stat eq --watch --interval-ms=200 --json |
     grep -c '"queue":"eq"' || true)
 ((n >= 3)) || bad "stat --watch --interval-ms=200 gave $n snapshots in 2 s"
 port=$(redis_tmp_free_port)

@@ -171,7 +171,7 @@ if command -v script >/dev/null 2>&1; then
     note "stat --watch under script(1)"
     cmd="'$BUILD/sluice-ctl' --redis '$REDIS_URL' stat $q --watch --interval-ms 200"
     rc=0
-    timeout -s INT 1.5 script -qfec "$cmd" /dev/null </dev/null >"$T/tty.out" 2>&1 || rc=$?
+    timeout -k 3 -s INT 1.5 script -qfec "$cmd" /dev/null </dev/null >"$T/tty.out" 2>&1 || rc=$?
     # timeout reports 124 when it had to send the signal.
     ((rc == 0 || rc == 124)) || fail "stat --watch under a pseudo-terminal: exit $rc"
     grep -q $'\033\[H' "$T/tty.out" || fail "no cursor-home sequence on a terminal"
