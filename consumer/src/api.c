@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -47,6 +48,34 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
     return b;
 }
 
+/* Writes the n bytes of buf to the hand socket, corked (MSG_MORE). While
+ * the socket is full it waits for room, until deadline_ms (monotonic) at
+ * most. Over TLS the socket is a local one to the relay thread
+ * (tls_relay.h), which holds a few hundred small writes: it is full
+ * whenever the relay is a moment behind, and has room again within
+ * milliseconds. A TCP socket to Redis is full only when Redis stopped
+ * reading. Returns 0, or -1 (the stream may be cut). */
+static int hand_write(int fd, const char *buf, size_t n, int64_t deadline_ms)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = send(fd, buf + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
+        if (w > 0) {
+            off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        int64_t left = deadline_ms - sluicei_now_ms();
+        if (w == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || left <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        if (poll(&p, 1, left > 100 ? 100 : (int)left) < 0 && errno != EINTR)
+            return -1;
+    }
+    return 0;
+}
+
 /* Tells Redis, on the hand connection, that the batch at the head of c's
  * FIFO goes to the application (lib.lua: handed), before next() hands it
  * out: one corked write (see the top), no reply (CLIENT REPLY OFF). mu is
@@ -71,15 +100,16 @@ static int hand_out(sluice_consumer *c, int *wake)
     int n = snprintf(c->hand_cmd, sizeof c->hand_cmd,
                      "*3\r\n$9\r\nPEXPIREAT\r\n$%zu\r\n%s%s\r\n$%zu\r\n%s\r\n", klen, c->k_frame,
                      rid, strlen(SLUICEI_HANDED_AT), SLUICEI_HANDED_AT);
-    ssize_t w;
-    do
-        w = send(c->hand_fd, c->hand_cmd, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
-    while (w < 0 && errno == EINTR);
+    /* Written within HAND_WAIT_MS and before the lease may run out, or
+     * the session starts anew (below). */
+    int64_t until = sluicei_now_ms() + HAND_WAIT_MS;
+    int r = hand_write(c->hand_fd, c->hand_cmd, (size_t)n,
+                       until < c->lease_until ? until : c->lease_until);
     c->hand_dirty = 1;
-    if (w != n) {
-        /* A socket Redis stopped reading (its buffer is full) or closed; a
-         * partial write cut the stream. The loop starts a new session,
-         * whose restore marks again what the application holds. */
+    if (r != 0) {
+        /* A socket Redis stopped reading (full until the lease's end) or
+         * closed; a partial write cut the stream. The loop starts a new
+         * session, whose restore marks again what the application holds. */
         c->hand_fd = -1;
         c->hand_broken = 1;
         *wake |= loop_wake_needed(c);

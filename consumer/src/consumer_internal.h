@@ -79,6 +79,9 @@
  * Redis one ack call (and one wake-up) per ACK_DELAY_MS instead of one
  * per batch. */
 #define ACK_DELAY_MS 10
+/* How long next() waits for room on a full hand socket (api.c,
+ * hand_write) before the session starts anew. */
+#define HAND_WAIT_MS 1000
 /* Batches acknowledged by one ack script call. */
 #define ACK_BATCH_MAX 128
 /* Acknowledgements remembered for restore after a reconnect: those

@@ -6,7 +6,8 @@
 # producers, one of them with an --exec command, so forking while its TLS
 # connections are open; two consumers) delivers every record exactly once;
 # the Python binding reads a queue, a fork()ed child of it reads with a
-# consumer of its own, and once closed no thread or descriptor is left; a
+# consumer of its own, and once closed no thread or descriptor is left;
+# 20000 batches of one small record come without a session lost; a
 # consumer whose connections Redis drops five times reconnects through new
 # tunnels, with no descriptor or thread more. What must fail fails at once, saying why: a CA that did not sign the
 # server's certificate ("certificate verify failed ... (CA file ...)"), a
@@ -131,6 +132,23 @@ pyline=$(py "$ROOT/tests/integration/tls.py" "$TLS_URL" pyq "$(kv batches "$plin
 note "python: $pyline"
 [[ $(kv checksum "$pyline") == $(kv checksum "$pline") && $(kv records "$pyline") == 120 ]] ||
     fail "python read $pyline, the producer pushed $pline"
+
+# ---- many small batches: no session lost -------------------------------------------
+# next() marks each batch with one small write, which over TLS goes to the
+# relay thread through a local socket that holds a few hundred of them:
+# when the relay is a moment behind, next() waits for room instead of
+# taking the connection for broken (and starting a new session).
+ctl create small --max-batches 100000 --max-bytes 256M >/dev/null || fail "create small"
+seq 1 20000 >"$T/small.txt"
+"$BUILD/sluice-producer" --redis "$TLS_URL" --queue small --format lines --batch-size 1 --quiet \
+    "$T/small.txt" || fail "sluice-producer (small) failed"
+out=$("$BUILD/sluice-consume" --redis "$TLS_URL" --queue small --count 20000 --summary 2>"$T/small.err") ||
+    fail "consuming 20000 small batches over TLS failed: $(cat "$T/small.err")"
+[[ $(kv batches "$out") == 20000 ]] || fail "small: $out, expected 20000 batches"
+# The second line of the summary comes only when a count is not 0.
+! grep -q 'reconnects [1-9]' "$T/small.err" ||
+    fail "20000 small batches over TLS cost sessions: $(tail -n 2 "$T/small.err")"
+note "20000 small batches over TLS: $(head -n 1 "$T/small.err")"
 
 # ---- connections dropped: new tunnels, nothing left behind ----------------------
 # tls_clients: the ids of the clients Redis has on its TLS port.
@@ -263,4 +281,4 @@ line=$(grep "^epoch=0 " "$T/cc.out") || fail "the cluster consumer printed no ep
 # failed the handshake.
 info=$(ctl info "$cq") || fail "info over rediss+cluster://: $info"
 grep -qx "job: finished" <<<"$info" || fail "the cluster job is not finished: $info"
-echo "ok: a job over rediss:// ($recs records), Python and a fork over TLS, every failure named, a TLS cluster over rediss+cluster://"
+echo "ok: a job over rediss:// ($recs records), Python and a fork over TLS, 20000 small batches without a session lost, every failure named, a TLS cluster over rediss+cluster://"
