@@ -37,14 +37,18 @@ for i in $(seq -w 0 19); do
 done
 # num HASH FIELD: the field's value, 0 when absent.
 num() { local v; v=$(rcli HGET "$(k "$1")" "$2"); echo "${v:-0}"; }
-# pstats_sum: batches of every producer's pstats plus the folded ones.
-pstats_sum() {
-    local s=0 id
-    for id in $(rcli HKEYS "$(k producers)"); do
-        s=$((s + $(num "pstats:$id" batches)))
+# batches_sum p|c: batches of every producer's (p) or consumer's (c)
+# published counters plus the folded ones.
+batches_sum() {
+    local s=0 id reg=producers
+    [[ $1 == c ]] && reg=consumers
+    for id in $(rcli HKEYS "$(k $reg)"); do
+        s=$((s + $(num "${1}stats:$id" batches)))
     done
-    echo $((s + $(num pstats_gone batches)))
+    echo $((s + $(num "${1}stats_gone" batches)))
 }
+pstats_sum() { batches_sum p; }
+csum() { batches_sum c; }
 all_blocked() {
     [[ $(rcli HLEN "$(k producers)") == 20 && $(rcli HGET "$(k stats)" pushed) == 8 ]] || return 1
     local id
@@ -115,13 +119,6 @@ published() {
 }
 wait_for 10 published || fail "the 4 holding consumers did not publish counters"
 for h in "${H[@]}"; do kill -KILL "$h"; done
-csum() {
-    local s=0 id
-    for id in $(rcli HKEYS "$(k consumers)"); do
-        s=$((s + $(num "cstats:$id" batches)))
-    done
-    echo $((s + $(num cstats_gone batches)))
-}
 before=$(csum)
 reaped() { ctl reap "$q" >/dev/null && [[ $(rcli HLEN "$(k consumers)") == 0 ]]; }
 wait_for 10 reaped || fail "the killed consumers were not reaped: $(rcli HKEYS "$(k consumers)")"
