@@ -261,6 +261,11 @@ t1=$(now)
 for ((r = 0; r < ranks; r++)); do
     rc=0
     wait "${tpids[r]}" || rc=$?
+    # 130: the trainer had a SIGINT, which is the Ctrl-C the demo had too.
+    # The INT trap alone is not enough: bash skips it when the child it
+    # waits for in the foreground exits normally as the signal comes (it
+    # takes the child to have handled it).
+    ((rc == 130)) && interrupted=1
     ((rc == 0)) || die "trainer $r exited with status $rc: $(tail -n 5 "$work/t$r.err")"
 done
 echo "[4/5] trainers finished; what they printed:"

@@ -76,8 +76,7 @@ static volatile sig_atomic_t stop_flag;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    stop_flag = 1;
+    stop_flag = sig;
 }
 
 static double now_s(void)
@@ -615,7 +614,7 @@ static const char usage_text[] =
     "  -h, --help           show this help\n"
     "\n"
     "Prints one line per epoch and a last line of key=value pairs. Exit status:\n"
-    "0 done, 1 error or interrupted, 2 usage error.\n";
+    "0 done, 1 error, 2 usage error, 130/143 interrupted (SIGINT/SIGTERM).\n";
 
 static int usage_error(const char *msg, const char *arg)
 {
@@ -760,7 +759,7 @@ int main(int argc, char **argv)
     for (;;) {
         if (stop_flag) {
             fprintf(stderr, "sluice-trainer: rank %d interrupted\n", rank);
-            rc_exit = 1;
+            rc_exit = 128 + stop_flag;
             break;
         }
         sluice_batch *b;
@@ -781,9 +780,14 @@ int main(int argc, char **argv)
                 job_load(&job, rc, queue);
             double t_avg = now_s();
             if (world > 0 && average(&m, rc, queue, &job, epoch, rank, world, timeout_s) != 0) {
-                fprintf(stderr, "sluice-trainer: rank %d: gave up waiting for the other ranks at "
-                                "the end of epoch %" PRIu32 "\n", rank, epoch);
-                rc_exit = 1;
+                if (stop_flag) {
+                    fprintf(stderr, "sluice-trainer: rank %d interrupted\n", rank);
+                    rc_exit = 128 + stop_flag;
+                } else {
+                    fprintf(stderr, "sluice-trainer: rank %d: gave up waiting for the other "
+                                    "ranks at the end of epoch %" PRIu32 "\n", rank, epoch);
+                    rc_exit = 1;
+                }
                 break;
             }
             double t = now_s();
