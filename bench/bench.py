@@ -515,7 +515,8 @@ class Bench:
             if r.returncode != 0:
                 raise RuntimeError("bench-produce exited %d: %s" % (r.returncode, r.stderr.strip()))
             held = int(self.cli("GET", "sluice:{%s}:bytes" % q) or 0)
-            batches = int(self.cli("HLEN", "sluice:{%s}:dlv" % q))
+            dlv = "sluice:{%s}:dlv" % q   # its fields but the pin "~" (PROTOCOL.md)
+            batches = int(self.cli("HLEN", dlv)) - int(self.cli("HEXISTS", dlv, "~"))
             if batches != n:
                 raise RuntimeError("the queue holds %d batches, %d were pushed" % (batches, n))
             return held / n

@@ -232,7 +232,7 @@ def render_compress(a, sizes, rows, held, payload, skip, failures):
       "decompresses; the three in turns in each repetition (%d), the order rotated; each figure "
       "the run with the median MB/s of payload (uncompressed bytes). `held/batch` = bytes the "
       "queue holds per batch: one producer alone pushes `held batches` into a fresh queue whose "
-      "budgets hold them all, then `GET sluice:{Q}:bytes` / `HLEN sluice:{Q}:dlv` (the queue's "
+      "budgets hold them all, then `GET sluice:{Q}:bytes` / the fields of `sluice:{Q}:dlv` but its pin `~` (the queue's "
       "own count of its frames' bytes and of its batches).\n"
       % (what, "library defaults" if a.defaults else "the per-size settings of Throughput",
          " / ".join("%d at %s" % (PARAMS[s]["compress_count"], human(s)) for s in sizes),

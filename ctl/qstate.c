@@ -430,6 +430,12 @@ static int qinfo_read(ctl *x, const char *q, qinfo *in)
             goto out;                                         \
     } while (0)
     COUNT(held, "HLEN", "dlv");
+    {
+        long long pin;
+        if (count_cmd(x, q, "HEXISTS", k, SLUICEI_DLV_PIN, &pin))
+            goto out;
+        in->held -= pin;
+    }
     COUNT(bytes, "GET", "bytes");
     COUNT(dead, "LLEN", "dead");
     COUNT(retained, "HLEN", "retained");

@@ -181,7 +181,9 @@ snapshot() {
     {
         printf 'HMGET %s:jrun epoch_open state epochs\n' "$K"
         printf 'HMGET %s:stats acked acked_bytes\n' "$K"
-        printf 'HLEN %s:dlv\nGET %s:bytes\n' "$K" "$K"
+        # Batches held: dlv's fields but its pin '~' (docs/PROTOCOL.md).
+        printf '%s\n' "EVAL \"return redis.call('HLEN', KEYS[1]) - redis.call('HEXISTS', KEYS[1], '~')\" 1 $K:dlv"
+        printf 'GET %s:bytes\n' "$K"
         for c in $cids; do printf 'HGET %s:cstats:%s blocked_us\n' "$K" "$c"; done
     } | redis_tmp_cli 2>/dev/null
 }

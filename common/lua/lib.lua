@@ -26,6 +26,20 @@ local function noqueue()
   return nil
 end
 
+-- dlv's field '~' is not a batch: its value, longer than 64 bytes, keeps
+-- the hash in Redis's hashtable encoding. In the compact encoding (a
+-- listpack, Redis's default up to 128 fields of up to 64 bytes) every
+-- field looked up, set or deleted is a scan of the whole hash, and the
+-- queue's scripts look up, set and delete one field per batch. push sets
+-- it; a queue's dlv has it from its first push on.
+-- held_count() is the number of batches the queue holds: dlv's fields
+-- but the pin.
+local DLV_PIN = '~'
+local function held_count()
+  local dlv = pre .. 'dlv'
+  return redis.call('HLEN', dlv) - redis.call('HEXISTS', dlv, DLV_PIN)
+end
+
 -- The server's clock in milliseconds. Leases, heartbeats and their expiry
 -- use it and never a client's clock (scripts are replicated by their
 -- effects, so TIME is allowed).
@@ -378,7 +392,7 @@ end
 local post_markers
 local function final_if_drained()
   local e = redis.call('HGET', jrun, 'final_pending')
-  if e and redis.call('HLEN', pre .. 'dlv') == 0 and
+  if e and held_count() == 0 and
      tonumber(redis.call('HGET', jrun, 'epoch_open') or '0') >= tonumber(e) then
     redis.call('HDEL', jrun, 'final_pending')
     post_markers(e, 'eof:' .. e)
@@ -467,7 +481,7 @@ local function epoch_end(e)
     return
   end
   if tonumber(e) == tonumber(redis.call('HGET', job, 'epochs')) - 1 then
-    if redis.call('HLEN', pre .. 'dlv') > 0 or
+    if held_count() > 0 or
        tonumber(redis.call('HGET', jrun, 'epoch_open') or '0') < tonumber(e) then
       -- The job's last end waits for every batch to be acknowledged: a
       -- consumer that dies holding some hands them back after its lease,

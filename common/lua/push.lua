@@ -82,15 +82,22 @@ local le = e
 if open and redis.call('HEXISTS', pre .. 'eof', e) == 1 then
   le = tostring(math.min(open, tonumber(jf[2]) - 1))
 end
-local count = redis.call('HLEN', dlv)
+-- dlv's field '~' is not a batch: its value, longer than 64 bytes, keeps
+-- the hash in Redis's hashtable encoding, where a field costs the same
+-- however many the hash holds (in the compact encoding, Redis's default
+-- up to 128 small fields, each is a scan of the whole hash). Set with the
+-- first batch stored (DLV_PIN in lib.lua).
+local pin = '~'
+local count = redis.call('HLEN', dlv) - redis.call('HEXISTS', dlv, pin)
 local used = tonumber(redis.call('GET', pre .. 'bytes') or '0')
 -- Batches of an epoch the trainers have not reached get 3/4 of the
 -- budgets, so a task of the current epoch that must be redone finds room.
 local ahead = open and tonumber(e) > open
 local stage = pre .. 'stage:' .. le
 local bp = pre .. 'b:'
-local out, gone, fields, seen, list = {}, {}, {}, {}, {}
-local pushed, bytes, dups, full, nf = 0, 0, 0, false, 0
+local out, gone, seen, list = {}, {}, {}, {}
+local fields = {pin, 'not a batch: a value over 64 bytes keeps this hash in the hashtable encoding'}
+local pushed, bytes, dups, full, nf = 0, 0, 0, false, 2
 for k = 1, n do
   local id = ids[k]
   if not ok[k] then

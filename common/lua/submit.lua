@@ -64,7 +64,7 @@ if op == 'begin' then
                              ' batches it dropped at the ends of coordinated epochs are ' ..
                              'still to be forgotten (1000 at a time); submit again')
   end
-  local held = redis.call('HLEN', pre .. 'dlv')
+  local held = held_count()
   if held > 0 then
     return redis.error_reply('JOBEXISTS the previous job is finished but ' .. held ..
                              ' of its batches are not consumed yet; wait for the ' ..
@@ -107,7 +107,7 @@ if op == 'commit' then
                              ' tasks staged, ' .. left() .. ' old keys left')
   end
   local st = redis.call('HGET', jrun, 'state')
-  if (st and st ~= 'finished') or redis.call('HLEN', pre .. 'dlv') > 0 then
+  if (st and st ~= 'finished') or held_count() > 0 then
     return redis.error_reply('JOBEXISTS the queue took another job meanwhile')
   end
   for _, k in ipairs({'job', 'jrun', 'taskdef', 'tlease', 'towner', 'tattempts', 'tcrashes', 'terr',

@@ -24,7 +24,7 @@ local epochs = redis.call('HGET', job, 'epochs')
 local waiting = tonumber(st[3] or '0')
 if ARGV[3] == '1' and waiting > 0 then
   local m = redis.call('HMGET', meta, 'max_batches', 'max_bytes')
-  if not has_room(redis.call('HLEN', pre .. 'dlv'),
+  if not has_room(held_count(),
                   tonumber(redis.call('GET', pre .. 'bytes') or '0'), 1,
                   tonumber(m[1]), tonumber(m[2]), false) then
     return {'full'}

@@ -66,6 +66,11 @@ sluice_err sluicei_queue_name_check(const char *q, char *err, size_t errlen);
  * (SLUICE_MAX_QUEUE_NAME + 8 bytes). */
 void sluicei_partition_name(char *out, const char *q, int p);
 
+/* The field of a queue's dlv hash that is not a batch: its long value
+ * keeps the hash in Redis's hashtable encoding (docs/PROTOCOL.md, section
+ * 2). The batches a queue holds are HLEN dlv less HEXISTS dlv of it. */
+#define SLUICEI_DLV_PIN "~"
+
 /* Writes "sluice:{q}:name" to out (SLUICE_MAX_KEY bytes). */
 void sluicei_key(char *out, const char *q, const char *name);
 /* The same with the name formatted from fmt ("pending:%s"). Every key C

@@ -88,19 +88,25 @@ static sluice_err add_queue(sluicei_router *r, const char *q, const char *produc
     char k_meta[SLUICE_MAX_KEY], k_dlv[SLUICE_MAX_KEY], k_bytes[SLUICE_MAX_KEY];
     sluicei_key(k_meta, q, "meta");
     /* dlv holds one entry per batch the queue holds (queued or delivered
-     * and not yet acknowledged): the depth the budgets count. */
+     * and not yet acknowledged), the depth the budgets count, and its pin
+     * (SLUICEI_DLV_PIN). */
     sluicei_key(k_dlv, q, "dlv");
     sluicei_key(k_bytes, q, "bytes");
     const char *a_maxn[3] = {"HGET", k_meta, "max_batches"};
     const char *a_maxb[3] = {"HGET", k_meta, "max_bytes"};
     const char *a_depth[2] = {"HLEN", k_dlv};
+    const char *a_pin[3] = {"HEXISTS", k_dlv, SLUICEI_DLV_PIN};
     const char *a_bytes[2] = {"GET", k_bytes};
+    int64_t pin = -1;
     sluice_err e;
     if ((e = add_value(r, q, deadline, 3, a_maxn, &g->max_batches, err, errlen)) != SLUICE_OK ||
         (e = add_value(r, q, deadline, 3, a_maxb, &g->max_bytes, err, errlen)) != SLUICE_OK ||
         (e = add_value(r, q, deadline, 2, a_depth, &g->depth, err, errlen)) != SLUICE_OK ||
+        (e = add_value(r, q, deadline, 3, a_pin, &pin, err, errlen)) != SLUICE_OK ||
         (e = add_value(r, q, deadline, 2, a_bytes, &g->bytes, err, errlen)) != SLUICE_OK)
         return e;
+    if (pin > 0 && g->depth >= pin)
+        g->depth -= pin;
     return producer_id ? add_published(r, q, producer_id, deadline, g, err, errlen) : SLUICE_OK;
 }
 

@@ -181,10 +181,12 @@ int group_spill_target(sluice_producer *g, const sluice_producer *from, size_t f
         const char *a_meta[4] = {"HMGET", c->meta_key, "max_batches", "max_bytes"};
         const char *a_dlv[2] = {"HLEN", dlv}, *a_bytes[2] = {"GET", bytes};
         const char *a_tasks[3] = {"HGET", jrun, "twaiting"};
+        const char *a_pin[3] = {"HEXISTS", dlv, SLUICEI_DLV_PIN};
         if (sluicei_conn_append_argv(c->conn, 4, a_meta, NULL) == SLUICE_OK &&
             sluicei_conn_append_argv(c->conn, 2, a_dlv, NULL) == SLUICE_OK &&
             sluicei_conn_append_argv(c->conn, 2, a_bytes, NULL) == SLUICE_OK &&
             sluicei_conn_append_argv(c->conn, 3, a_tasks, NULL) == SLUICE_OK &&
+            sluicei_conn_append_argv(c->conn, 3, a_pin, NULL) == SLUICE_OK &&
             sluicei_conn_flush(c->conn) == SLUICE_OK)
             c->probe = 1;
     }
@@ -193,19 +195,20 @@ int group_spill_target(sluice_producer *g, const sluice_producer *from, size_t f
         if (!c->probe)
             continue;
         c->probe = 0;
-        redisReply *r[4] = {NULL, NULL, NULL, NULL};
-        for (int i = 0; i < 4 && c->conn->ctx; i++)
+        redisReply *r[5] = {NULL, NULL, NULL, NULL, NULL};
+        for (int i = 0; i < 5 && c->conn->ctx; i++)
             group_probe_reply(c, &r[i]);
         if (r[0] && r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2) {
             int64_t maxn = producer_reply_int(r[0]->element[0]),
                     maxb = producer_reply_int(r[0]->element[1]);
-            int64_t held = producer_reply_int(r[1]), used = producer_reply_int(r[2]),
-                    waiting = producer_reply_int(r[3]);
-            if (maxn > 0 && maxb > 0 && held >= 0 && used >= 0 && waiting > 0 &&
+            int64_t pin = producer_reply_int(r[4]),
+                    held = producer_reply_int(r[1]) - (pin > 0 ? pin : 0),
+                    used = producer_reply_int(r[2]), waiting = producer_reply_int(r[3]);
+            if (maxn > 0 && maxb > 0 && pin >= 0 && held >= 0 && used >= 0 && waiting > 0 &&
                 sluicei_room_ahead(held, used, (int64_t)frame, maxn, maxb))
                 found = 1;
         }
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             if (r[i])
                 freeReplyObject(r[i]);
     }

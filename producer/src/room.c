@@ -92,18 +92,20 @@ static void note_room(sluice_producer *p, int64_t waited_ms)
     const char *a_meta[5] = {"HMGET", p->meta_key, "max_batches", "max_bytes", "lease_ms"};
     const char *a_dlv[2] = {"HLEN", dlv}, *a_bytes[2] = {"GET", bytes};
     const char *a_cons[2] = {"HVALS", cons}, *a_time[1] = {"TIME"};
-    redisReply *r[5] = {NULL, NULL, NULL, NULL, NULL};
+    const char *a_pin[3] = {"HEXISTS", dlv, SLUICEI_DLV_PIN};
+    redisReply *r[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
     if (sluicei_conn_append_argv(p->conn, 5, a_meta, NULL) != SLUICE_OK ||
         sluicei_conn_append_argv(p->conn, 2, a_dlv, NULL) != SLUICE_OK ||
         sluicei_conn_append_argv(p->conn, 2, a_bytes, NULL) != SLUICE_OK ||
         sluicei_conn_append_argv(p->conn, 2, a_cons, NULL) != SLUICE_OK ||
-        sluicei_conn_append_argv(p->conn, 1, a_time, NULL) != SLUICE_OK)
+        sluicei_conn_append_argv(p->conn, 1, a_time, NULL) != SLUICE_OK ||
+        sluicei_conn_append_argv(p->conn, 3, a_pin, NULL) != SLUICE_OK)
         return;
-    for (int i = 0; i < 5 && p->conn->ctx; i++)
+    for (int i = 0; i < 6 && p->conn->ctx; i++)
         sluicei_conn_read_reply(p->conn, &r[i]);
     if (r[0] && r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 3 && r[1] && r[2] && r[3] &&
         r[3]->type == REDIS_REPLY_ARRAY && r[4] && r[4]->type == REDIS_REPLY_ARRAY &&
-        r[4]->elements == 2) {
+        r[4]->elements == 2 && r[5]) {
         int64_t now = producer_reply_int(r[4]->element[0]) * 1000 +
                       producer_reply_int(r[4]->element[1]) / 1000;
         int64_t lease = producer_reply_int(r[0]->element[2]) > 0
@@ -123,13 +125,13 @@ static void note_room(sluice_producer *p, int64_t waited_ms)
             "queue '%s' is at its budget (it holds %lld of %lld batches, "
             "%.1f of %.1f MB): pushes%s%s waited %.0f s for consumers to acknowledge "
             "batches (%s)",
-            p->queue, (long long)producer_reply_int(r[1]),
+            p->queue, (long long)(producer_reply_int(r[1]) - producer_reply_int(r[5])),
             (long long)producer_reply_int(r[0]->element[0]), (double)producer_reply_int(r[2]) / 1e6,
             (double)producer_reply_int(r[0]->element[1]) / 1e6, p->task_held ? " of task " : "",
             p->task_held ? p->task_key : "", (double)waited_ms / 1000.0, who);
         p->log(p->log_arg, msg);
     }
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (r[i])
             freeReplyObject(r[i]);
 }

@@ -197,7 +197,7 @@ pick_cons() {
     rand 0 $((${#c[@]} - 1)); PICK=${c[RAND]}
 }
 nprod_on() { local i n=0; for i in "${!P_ON[@]}"; do ((P_ON[i])) && n=$((n + 1)); done; echo "$n"; }
-at_budget() { (( $(rcli HLEN "sluice:{$q}:dlv") >= maxb )); }
+at_budget() { (( $(held "$q") >= maxb )); }
 # sigterm PID SECS: SIGTERM; sets RC to its exit status (124: it ran on).
 sigterm() {
     kill -TERM "$1" 2>/dev/null || true

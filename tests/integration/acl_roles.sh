@@ -154,13 +154,12 @@ for rem in pad drop; do
     done
 done
 # The dropped batch was left by the producer for a consumer's reap.
-held() {
-    [[ $(rcli HLEN "sluice:{acl-drop}:dlv") == 0 &&
-       $(rcli LLEN "sluice:{acl-drop}:dropped") == 0 ]]
+drop_gone() {
+    [[ $(held acl-drop) == 0 && $(rcli LLEN "sluice:{acl-drop}:dropped") == 0 ]]
 }
-held || "$BUILD/sluice-ctl" --redis "$(url acl-drop-consumer)" reap acl-drop >/dev/null ||
+drop_gone || "$BUILD/sluice-ctl" --redis "$(url acl-drop-consumer)" reap acl-drop >/dev/null ||
     fail "reap as the consumer failed"
-wait_for 10 held || fail "the dropped batch is still held"
+wait_for 10 drop_gone || fail "the dropped batch is still held"
 note "coordinated: pad and drop ended their epoch under the producer's ACL"
 
 # ---- 2b. a partitioned queue: the lines name every partition -----------------
@@ -227,7 +226,7 @@ out=$(as "$q-consumer" HSET "sluice:{$q}:taskdef" 0 "lines	0		/proc/self/environ
 # A batch in the queue for the producer's attempts on it.
 "$BUILD/sluice-producer" --redis "$P" --queue "$q" --id px "$T/s0.tfrecord" --batch-size 5 \
     >/dev/null 2>"$T/px.err" || fail "files-mode producer failed: $(cat "$T/px.err")"
-id=$(rcli HKEYS "sluice:{$q}:dlv" | head -n 1)
+id=$(rcli HKEYS "sluice:{$q}:dlv" | grep -vx '~' | head -n 1)
 [[ -n $id ]] || fail "no batch in the queue"
 e=${id%%:*} rest=${id#*:} t=${rest%%:*} s=${id##*:}
 frame=$(rcli GET "sluice:{$q}:b:$id" | md5sum)

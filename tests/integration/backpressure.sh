@@ -19,18 +19,18 @@ p=$BG_PID
 
 # Let it fill the budget.
 for ((i = 0; i < 100; i++)); do
-    [[ $(redis_tmp_cli HLEN "sluice:{$q}:dlv") == 4 ]] && break
+    [[ $(held "$q") == 4 ]] && break
     kill -0 "$p" 2>/dev/null || fail "producer exited while the queue was full: $(cat "$T/p.err")"
     sleep 0.05
 done
-[[ $(redis_tmp_cli HLEN "sluice:{$q}:dlv") == 4 ]] || fail "queue never reached its budget of 4 batches"
+[[ $(held "$q") == 4 ]] || fail "queue never reached its budget of 4 batches"
 
 # Never above the budget, and the producer is idle while it waits.
 hz=$(getconf CLK_TCK)
 t0=$(cpu_ticks "$p") || fail "producer gone: $(cat "$T/p.err")"
 max=0
 for ((i = 0; i < 15; i++)); do
-    n=$(redis_tmp_cli HLEN "sluice:{$q}:dlv")
+    n=$(held "$q")
     b=$(info_field "$q" batches)
     (( n > max )) && max=$n
     (( b > max )) && max=$b

@@ -124,7 +124,7 @@ PYEOF
 note "python: $pyline"
 (($(kv raw_bytes "$pyline") > 4 * $(kv bytes "$pyline"))) ||
     fail "the Python producer's stats show no compression: $pyline"
-[[ $(rcli HLEN 'sluice:{pyz}:dlv') == 20 ]] || fail "pyz holds $(rcli HLEN 'sluice:{pyz}:dlv')"
+[[ $(held 'pyz') == 20 ]] || fail "pyz holds $(held 'pyz')"
 (($(rcli GET 'sluice:{pyz}:bytes') == $(kv bytes "$pyline"))) ||
     fail "pyz holds $(rcli GET 'sluice:{pyz}:bytes') bytes, its producer stored: $pyline"
 out=$(timeout 30 "$BUILD/sluice-consume" --redis "$REDIS_URL" --queue pyz --summary --quiet \

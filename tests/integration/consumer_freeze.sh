@@ -38,7 +38,7 @@ reaped() {
 # empty Q: the queue holds no batch, no pending list, no frame.
 empty() {
     local q=$1 keys
-    [[ $(rcli HLEN "sluice:{$q}:dlv") == 0 ]] || fail "$q: batches left: $(rcli HGETALL "sluice:{$q}:dlv" | tr '\n' ' ')"
+    [[ $(held "$q") == 0 ]] || fail "$q: batches left: $(rcli HGETALL "sluice:{$q}:dlv" | tr '\n' ' ')"
     [[ $(rcli GET "sluice:{$q}:bytes") == 0 ]] || fail "$q: bytes left: $(rcli GET "sluice:{$q}:bytes")"
     [[ $(rcli LLEN "sluice:{$q}:ready:0") == 0 ]] || fail "$q: ready:0 is not empty"
     keys=$(rcli --scan --pattern "sluice:{$q}:b:*"; rcli --scan --pattern "sluice:{$q}:pending:*")

@@ -64,6 +64,6 @@ for id in 0:1:0 0:1:1 0:1:2 0:1:3 0:1:4 0:1:5 not-a-batch-id; do
     [[ -n $info && -n $reason && $reason != "$info" ]] || fail "$id has no dead-letter reason: '$info'"
 done
 [[ $(redis_tmp_cli HGET "sluice:{$q}:deadinfo" 0:1:5) == *"0:1:99"* ]] || fail "the id mismatch is not explained"
-[[ $(redis_tmp_cli HLEN "sluice:{$q}:dlv") == 0 ]] || fail "data left in the queue"
+[[ $(held "$q") == 0 ]] || fail "data left in the queue"
 [[ $(redis_tmp_cli GET "sluice:{$q}:bytes") == 0 ]] || fail "byte budget not returned: $(redis_tmp_cli GET "sluice:{$q}:bytes")"
 echo "ok: 7 hostile values dead-lettered with reasons, 3 valid batches delivered intact"

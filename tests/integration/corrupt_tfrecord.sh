@@ -60,7 +60,7 @@ for mode in flip cut; do
     grep -q "offset $off\\b" "$T/p.err" ||
         note "($mode: the reported offset is not the record start $off; fine if it points inside the record)"
 
-    held=$(redis_tmp_cli HLEN "sluice:{$q}:dlv")
+    held=$(held "$q")
     (( held > 0 )) || fail "$mode: no batch before the bad record reached the queue"
     rc=0
     cline=$("$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" --summary --quiet \

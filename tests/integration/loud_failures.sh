@@ -68,7 +68,7 @@ note "d: exit $rc: $(cat "$T/d.err")"
 ((rc == 1)) || fail "d: exit $rc, expected 1: $(cat "$T/d.err")"
 grep -qi 'permission' "$T/d.err" || fail "d: the error does not mention a permission: $(cat "$T/d.err")"
 # Nothing was lost: the batches are still in the queue.
-[[ $(rcli HLEN "sluice:{$q}:dlv") == 4 ]] || fail "d: the queue holds $(rcli HLEN "sluice:{$q}:dlv") batches, expected 4"
+[[ $(held "$q") == 4 ]] || fail "d: the queue holds $(held "$q") batches, expected 4"
 
 # ---- (c), (e): what the waits said ------------------------------------------
 rc=0; wait_pid "$c1" 20 || rc=$?
@@ -103,7 +103,7 @@ note "a, files mode: exit $rc: $(cat "$T/a0.err")"
 ((rc == 1)) || fail "a: files mode: exit $rc, expected 1"
 grep -q "exceeds the frame limit of queue '$q', 4096 bytes" "$T/a0.err" ||
     fail "a: files mode: the error does not name the limit: $(cat "$T/a0.err")"
-[[ $(rcli HLEN "sluice:{$q}:dlv") == 0 ]] || fail "a: the oversized batch reached Redis"
+[[ $(held "$q") == 0 ]] || fail "a: the oversized batch reached Redis"
 
 # Job mode: shard 0 fits, shard 1 holds the 8 KB record.
 printf 'lines small.txt\nlines big.txt\n' >"$T/a.manifest"

@@ -144,8 +144,8 @@ pbytes=$(redis_tmp_cli HGET "sluice:{$q}:stats" pushed_bytes)
 [[ $(val "$m" 'sluice_producer_batches_pushed_total{' 'queue="mq"') == 4 ]] || fail "no queue label: $m"
 [[ $(val "$m" 'sluice_queue_max_batches{') == 4 ]] || fail "sluice_queue_max_batches: $m"
 depth=$(val "$m" 'sluice_queue_depth_batches{')
-[[ $depth == "$(redis_tmp_cli HLEN "sluice:{$q}:dlv")" ]] ||
-    fail "sluice_queue_depth_batches $depth != HLEN dlv $(redis_tmp_cli HLEN "sluice:{$q}:dlv")"
+[[ $depth == "$(held "$q")" ]] ||
+    fail "sluice_queue_depth_batches $depth != the batches held, $(held "$q")"
 for name in reconnects_total tasks_done_total tasks_failed_total; do
     [[ $(val "$m" "sluice_producer_$name{") == 0 ]] || fail "sluice_producer_$name: $m"
 done

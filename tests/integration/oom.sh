@@ -27,7 +27,7 @@ p=$BG_PID
 sleep 4
 kill -0 "$p" 2>/dev/null || fail "producer exited under OOM (expected it to wait): $(cat "$T/p.err")"
 ooms=$(redis_tmp_cli INFO errorstats | tr -d '\r' | sed -n 's/^errorstat_OOM:count=\([0-9]*\).*/\1/p')
-note "OOM refusals so far: ${ooms:-0}; batches held: $(redis_tmp_cli HLEN "sluice:{$q}:dlv")"
+note "OOM refusals so far: ${ooms:-0}; batches held: $(held "$q")"
 (( ${ooms:-0} > 0 )) || fail "Redis never refused a push with OOM: the test did not reach maxmemory"
 
 bg "$T/c.out" "$T/c.err" "$BUILD/sluice-consume" --redis "$REDIS_URL" --queue "$q" \

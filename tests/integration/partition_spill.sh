@@ -37,7 +37,7 @@ out=$(ctl submit "$q" --manifest "$T/job.manifest" --epochs 1 --batch-size 4) ||
     fail "submit: $out"
 note "$out"
 
-held() { redis_tmp_cli HLEN "sluice:{$q#$1}:dlv"; }
+part_held() { held "$q#$1"; }
 
 # 1. One producer, no consumer: it must not stop at the first full partition.
 mport=$(redis_tmp_free_port)
@@ -45,12 +45,12 @@ bg "$T/a.out" "$T/a.err" "$BUILD/sluice-producer" --redis "$REDIS_URL" --queue "
     --id pa --summary --metrics-addr "127.0.0.1:$mport"
 pa=$BG_PID
 for ((i = 0; i < 200; i++)); do
-    [[ $(held 0) == 4 && $(held 1) == 4 ]] && break
+    [[ $(part_held 0) == 4 && $(part_held 1) == 4 ]] && break
     kill -0 "$pa" 2>/dev/null || fail "producer a exited early: $(cat "$T/a.err")"
     sleep 0.05
 done
-[[ $(held 0) == 4 && $(held 1) == 4 ]] ||
-    fail "both partitions should be at their budget of 4, hold $(held 0) and $(held 1): $(cat "$T/a.err")"
+[[ $(part_held 0) == 4 && $(part_held 1) == 4 ]] ||
+    fail "both partitions should be at their budget of 4, hold $(part_held 0) and $(part_held 1): $(cat "$T/a.err")"
 kill -0 "$pa" 2>/dev/null || fail "producer a should wait for room, it exited: $(cat "$T/a.err")"
 grep -q "handed back (it resumes at batch 4): its partition is at its budget while another partition has room" "$T/a.err" ||
     fail "producer a handed no task back: $(cat "$T/a.err")"
@@ -82,7 +82,7 @@ sleep 1.5
 t1=$(cpu_ticks "$pb")
 kill -0 "$pb" 2>/dev/null || fail "producer b should wait for room, it exited: $(cat "$T/b.err")"
 ((t1 - t0 <= 20)) || fail "producer b used $((t1 - t0)) ticks of CPU in 1.5 s while waiting"
-[[ $(held 0) == 4 && $(held 1) == 4 ]] || fail "the budgets were exceeded: $(held 0) and $(held 1)"
+[[ $(part_held 0) == 4 && $(part_held 1) == 4 ]] || fail "the budgets were exceeded: $(part_held 0) and $(part_held 1)"
 
 # 2 consumers drain everything.
 cons=()
@@ -128,7 +128,7 @@ gen "$T/f2.tfrecord" 20 2 >/dev/null
 out=$("$BUILD/sluice-producer" --redis "$REDIS_URL" --queue fq --batch-size 4 --quiet \
     --summary "$T/f1.tfrecord" "$T/f2.tfrecord") || fail "files mode: $out"
 [[ $(kv batches "$out") == 8 ]] || fail "files mode pushed: $out"
-split="$(redis_tmp_cli HLEN 'sluice:{fq#0}:dlv') $(redis_tmp_cli HLEN 'sluice:{fq#1}:dlv')"
+split="$(held 'fq#0') $(held 'fq#1')"
 [[ $split == "3 5" || $split == "5 3" ]] ||
     fail "the two files (3 and 5 batches) should go to different partitions, got '$split'"
 echo "ok: a full partition did not stop the producer (resume point ${resumes% }), $want_recs records exactly once, files spread over partitions ($split)"

@@ -44,7 +44,7 @@ check() {
     fi
     stored=$(grep -oE '[0-9]+ batch(es)? stored in queue' <<<"$line" | grep -oE '^[0-9]+') ||
         fail "no stored count: $line"
-    held=$(rcli HLEN 'sluice:{q}:dlv')
+    held=$(held q)
     ((stored == held)) || fail "says $stored stored, the queue holds $held: $line"
     not_stored=$(grep -oE '[0-9]+ batch(es)? not stored' <<<"$line" | grep -oE '^[0-9]+') ||
         fail "no 'not stored' count: $line"

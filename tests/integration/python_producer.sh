@@ -35,11 +35,11 @@ ctl create bp --max-batches 3 --max-bytes 64M >/dev/null
 bg "$T/p.out" "$T/p.err" "${PYCMD[@]}" "$pyp" flood "$REDIS_URL" bp 30
 p=$BG_PID
 for ((i = 0; i < 100; i++)); do
-    [[ $(redis_tmp_cli HLEN "sluice:{bp}:dlv") == 3 ]] && break
+    [[ $(held bp) == 3 ]] && break
     kill -0 "$p" 2>/dev/null || fail "python producer exited early: $(cat "$T/p.err")"
     sleep 0.05
 done
-[[ $(redis_tmp_cli HLEN "sluice:{bp}:dlv") == 3 ]] || fail "the queue never reached its budget"
+[[ $(held bp) == 3 ]] || fail "the queue never reached its budget"
 sleep 0.5
 kill -0 "$p" 2>/dev/null || fail "python producer did not wait for room: $(cat "$T/p.out")"
 [[ $(info_field bp pushed) == 3 ]] || fail "pushed $(info_field bp pushed) into a budget of 3"

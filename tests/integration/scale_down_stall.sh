@@ -120,7 +120,7 @@ P2: $(cat "$T/$sig-p2.err")"
     grep -q "task [12]:0 .*handed back .*a task of an earlier epoch waits" "$T/$sig-p1.err" "$T/$sig-p2.err" ||
         fail "$sig: neither P1 nor P2 said it handed its task back for an earlier epoch's"
     grep -qx "job: finished" <<<"$(ctl jobs "$q")" || fail "$sig: $(ctl jobs "$q")"
-    [[ $(rcli HLEN "sluice:{$q}:dlv") == 0 ]] || fail "$sig: batches left in the queue"
+    [[ $(held "$q") == 0 ]] || fail "$sig: batches left in the queue"
     echo "$sig: finished $ms ms after P0 went"
 }
 

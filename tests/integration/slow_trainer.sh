@@ -40,5 +40,5 @@ note "$n batches at a 300 µs step: $takes takes, $acks ack calls ($(head -n 1 "
 
 [[ $(rcli HGET sluice:{slow}:stats acked) == "$n" ]] ||
     fail "acked $(rcli HGET sluice:{slow}:stats acked) of $n"
-[[ $(rcli HLEN sluice:{slow}:dlv) == 0 ]] || fail "the queue still holds $(rcli HLEN sluice:{slow}:dlv) batches"
+[[ $(held 'slow') == 0 ]] || fail "the queue still holds $(held 'slow') batches"
 echo "ok: a slow trainer's $n batches took $takes takes and $acks ack calls; all acknowledged"

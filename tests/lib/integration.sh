@@ -44,6 +44,12 @@ note() { echo "-- $*"; }
 
 # rcli ARGS...: redis-cli on the test's server, raw output.
 rcli() { redis_tmp_cli --raw "$@"; }
+# held Q: the batches queue Q holds, the fields of its dlv hash but the
+# pin '~' (docs/PROTOCOL.md, section 2).
+held() {
+    rcli EVAL "return redis.call('HLEN', KEYS[1]) - redis.call('HEXISTS', KEYS[1], '~')" \
+        1 "sluice:{$1}:dlv"
+}
 # now_ms: the wall clock in milliseconds.
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 # wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds.
@@ -61,7 +67,7 @@ in_file() { grep -q -- "$2" "$1" 2>/dev/null; }
 # owner_is Q TASK ID: TASK of queue Q is claimed by producer ID.
 owner_is() { [[ $(rcli HGET "sluice:{$1}:towner" "$2") == "$3" ]]; }
 # held_is Q N: queue Q holds N batches.
-held_is() { [[ $(rcli HLEN "sluice:{$1}:dlv") == "$2" ]]; }
+held_is() { [[ $(held "$1") == "$2" ]]; }
 
 # consumers_are Q N: N consumers of queue Q are registered (have opened).
 # A consumer that opens once an epoch is over and drained starts at the
