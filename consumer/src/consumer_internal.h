@@ -470,7 +470,8 @@ void dups_reset(sluice_consumer *c);
 
 /* ---- recover.c: restore, recovery, close ------------------------------ */
 
-void recover_confirm_ack(sluice_consumer *c, const char *id);
+/* The ids of an ack call that Redis answered: no longer to confirm. */
+void recover_confirm_acks(sluice_consumer *c, const idbuf *ids, size_t n);
 void recover_restore(sluice_consumer *c);
 void recover_resync_reply(sluice_consumer *c, redisReply *r);
 void recover_fetch(sluice_consumer *c, int room);

@@ -582,8 +582,8 @@ void handle_reply(sluice_consumer *c, req *q, redisReply *r)
          * moved), is worth another try. */
         int again = is_err(r, "NOSCRIPT") ||
                     (r->type == REDIS_REPLY_ERROR && sluicei_cluster_retryable(r->str, r->len));
-        for (size_t i = 0; i < q->nids && !again; i++)
-            recover_confirm_ack(c, q->ids[i].s);
+        if (!again)
+            recover_confirm_acks(c, q->ids, q->nids);
         if (!script_error(c, "ack", r))
             ckpt_pump(c);
         break;

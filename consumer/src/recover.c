@@ -50,7 +50,8 @@ static void ring_add(sluice_consumer *c, const char *rid)
         c->ring_len++;
 }
 
-void recover_confirm_ack(sluice_consumer *c, const char *id)
+/* Confirms one id: out of unconf (its first copy), into the ring. */
+static void confirm_one(sluice_consumer *c, const char *id)
 {
     for (size_t i = 0; i < c->nunconf; i++)
         if (strcmp(c->unconf[i].s, id) == 0) {
@@ -59,6 +60,22 @@ void recover_confirm_ack(sluice_consumer *c, const char *id)
             c->nunconf--;
             return;
         }
+}
+
+void recover_confirm_acks(sluice_consumer *c, const idbuf *ids, size_t n)
+{
+    /* Acks are sent, and so confirmed, in the order of unconf: the ids
+     * are usually its first n, which leave with one move (one by one,
+     * each move of the rest would make a window of acks quadratic). */
+    size_t k = 0;
+    while (k < n && k < c->nunconf && strcmp(c->unconf[k].s, ids[k].s) == 0)
+        ring_add(c, ids[k++].s);
+    if (k) {
+        memmove(c->unconf, c->unconf + k, (c->nunconf - k) * sizeof *c->unconf);
+        c->nunconf -= k;
+    }
+    for (; k < n; k++)
+        confirm_one(c, ids[k].s);
 }
 
 /* At the start of every session, before anything is taken: the restore

@@ -160,19 +160,24 @@ static int ack_fields(const char *rid, char ep[16], char tk[24], char sq[16])
 {
     int pad;
     size_t base;
-    sluice_batch_id id;
-    if (!sluicei_rid_check(rid, strlen(rid), &base, &pad) ||
-        sluicei_batch_id_parse(rid, base, &id) != 0)
+    if (!sluicei_rid_check(rid, strlen(rid), &base, &pad))
         return -1;
-    snprintf(ep, 16, "%" PRIu32, id.epoch);
-    snprintf(tk, 24, "%" PRIu64, id.task);
-    snprintf(sq, 16, "%" PRIu32, id.seq);
+    /* The check found three canonical decimals (at most 10, 20 and 8
+     * digits) before base: the arguments are the id's own parts. */
+    const char *t = (const char *)memchr(rid, ':', base) + 1;
+    const char *s = (const char *)memchr(t, ':', base - (size_t)(t - rid)) + 1;
+    memcpy(ep, rid, (size_t)(t - 1 - rid));
+    ep[t - 1 - rid] = 0;
+    memcpy(tk, t, (size_t)(s - 1 - t));
+    tk[s - 1 - t] = 0;
+    memcpy(sq, s, base - (size_t)(s - rid));
+    sq[base - (size_t)(s - rid)] = 0;
     return 0;
 }
 
 /* Acknowledges n batches whose Redis ids are at base, base + stride, ...
  * (idbuf or item arrays), in ack script calls of up to ACK_BATCH_MAX.
- * An R_ACK request keeps a copy of its ids for recover_confirm_ack(). Returns -1
+ * An R_ACK request keeps a copy of its ids for recover_confirm_acks(). Returns -1
  * when the session ended. */
 int send_acks(sluice_consumer *c, int conn, int kind, int in_op, const char *base,
               size_t stride, size_t n)
