@@ -30,11 +30,29 @@ REDIS_TMP_CLI=${REDIS_TMP_CLI:-redis-cli}
 declare -gA _REDIS_TMP_PID=() _REDIS_TMP_DIR=() _REDIS_TMP_WRAP=()
 declare -ga REDIS_TMP_EXTRA_PORTS=()
 
-# Prints a port that was free on 127.0.0.1 a moment ago (bind to port 0).
+# Prints a port that was free on 127.0.0.1 a moment ago: a random one of the
+# 16384 below the kernel's ephemeral range (ip_local_port_range), which
+# neither a connect() nor a bind to port 0 ever takes, so that only another
+# test's pick can take it before its user binds it; port 0's choice when
+# none of 100 tries is free.
 redis_tmp_free_port() {
-    /usr/bin/python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
+    /usr/bin/python3 -c 'import random, socket
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        lo = int(f.read().split()[0])
+except (OSError, ValueError, IndexError):
+    lo = 32768
+lo = max(lo, 2048)
+for _ in range(100):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", random.randrange(max(1024, lo - 16384), lo)))
+        break
+    except OSError:
+        s.close()
+else:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])'
 }
 
