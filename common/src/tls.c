@@ -707,7 +707,7 @@ sluice_err sluicei_tls_open_fd(const char *host, int port, int timeout_ms, int *
     }
     int fl = fcntl(sv[1], F_GETFL);
     fcntl(sv[1], F_SETFL, fl | O_NONBLOCK);
-    e = sluicei_relay_add(tls_fd, sv[1], ssl, err, errlen);
+    e = sluicei_relay_add(tls_fd, sv[1], ssl, NULL, err, errlen);
     if (e != SLUICE_OK) {
         close(sv[0]);
         return e;
@@ -807,8 +807,11 @@ sluice_err sluicei_tls_open_path(const char *host, int port, int timeout_ms,
     return SLUICE_ERR_SYS;
 }
 
-sluice_err sluicei_tls_accept(sluicei_tls_pending *p, char *err, size_t errlen)
+sluice_err sluicei_tls_accept(sluicei_tls_pending *p, sluicei_tunnel **ref, char *err,
+                              size_t errlen)
 {
+    if (ref)
+        *ref = NULL;
     int fd = -1;
     int64_t deadline = mono_ms() + ACCEPT_WAIT_MS;
     /* The caller's connect has been queued already; a wait is only for a
@@ -829,5 +832,5 @@ sluice_err sluicei_tls_accept(sluicei_tls_pending *p, char *err, size_t errlen)
     p->ssl = NULL;
     p->tls_fd = -1;
     sluicei_tls_cancel(p);
-    return sluicei_relay_add(tls_fd, fd, ssl, err, errlen);
+    return sluicei_relay_add(tls_fd, fd, ssl, ref, err, errlen);
 }

@@ -60,10 +60,30 @@ sluice_err sluicei_tls_open_fd(const char *host, int port, int timeout_ms, int *
  * connect failed, sluicei_tls_cancel(). Either frees *out. Errors as
  * sluicei_tls_open_fd(). */
 typedef struct sluicei_tls_pending sluicei_tls_pending;
+typedef struct sluicei_tunnel sluicei_tunnel;
 sluice_err sluicei_tls_open_path(const char *host, int port, int timeout_ms,
                                  sluicei_tls_pending **out, char *err, size_t errlen);
 const char *sluicei_tls_path(const sluicei_tls_pending *p);
-sluice_err sluicei_tls_accept(sluicei_tls_pending *p, char *err, size_t errlen);
+/* ref, when not NULL, gets a reference to the tunnel on SLUICE_OK (else
+ * NULL), for sluicei_tunnel_write(); the caller gives it back with
+ * sluicei_tunnel_release() once it writes no more. */
+sluice_err sluicei_tls_accept(sluicei_tls_pending *p, sluicei_tunnel **ref, char *err,
+                              size_t errlen);
 void sluicei_tls_cancel(sluicei_tls_pending *p);   /* NULL is a no-op */
+
+/* Writes buf into the tunnel's TLS connection from the calling thread,
+ * after whatever hiredis wrote into its end before (which the caller must
+ * no longer write to): returns 0 once every byte is in the kernel's socket
+ * buffer, as a write to a plain socket would, so that a process killed
+ * right after loses none of it. Waits for room up to deadline_ms
+ * (sluicei_now_ms()); -1 when that passes first or the tunnel is over or
+ * failed (what was not written then still goes, in order, if it can).
+ * Thread-safe against the relay. */
+int sluicei_tunnel_write(sluicei_tunnel *t, const void *buf, size_t len, int64_t deadline_ms);
+/* The TCP socket under the tunnel's TLS connection, for socket options
+ * (corking) only; it stays open as long as the reference. */
+int sluicei_tunnel_tcp_fd(const sluicei_tunnel *t);
+/* Gives back a reference from sluicei_tls_accept(); NULL is a no-op. */
+void sluicei_tunnel_release(sluicei_tunnel *t);
 
 #endif

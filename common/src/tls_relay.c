@@ -38,8 +38,14 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-typedef struct tunnel {
-    struct tunnel *next;
+/* A tunnel's mu guards its SSL and its buffers: the relay holds it while
+ * it looks at the tunnel or pumps it, and sluicei_tunnel_write() while it
+ * writes (never while either waits). refs and dead are under relay.mu. */
+typedef struct sluicei_tunnel {
+    struct sluicei_tunnel *next;
+    pthread_mutex_t mu;
+    int refs;                     /* references from sluicei_tls_accept() */
+    int dead;                     /* over: out of the relay's lists, freed with the last ref */
     SSL *ssl;
     int tls_fd, local_fd;
     short rd_want, wr_want;       /* what SSL_read, SSL_write wait for (POLLIN/POLLOUT) */
@@ -68,7 +74,22 @@ static void tunnel_free(tunnel *t)
     SSL_free(t->ssl);
     close(t->tls_fd);
     close(t->local_fd);
+    pthread_mutex_destroy(&t->mu);
     free(t);
+}
+
+/* A tunnel out of the relay's lists: freed now, or by the release of its
+ * last reference (a writer may be in sluicei_tunnel_write(), which then
+ * finds it dead). relay.mu is held. */
+static void tunnel_end(tunnel *t)
+{
+    if (t->refs == 0) {
+        tunnel_free(t);
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    t->dead = 1;
+    pthread_mutex_unlock(&t->mu);
 }
 
 /* Moves what buf holds to its front when the free room at its end is less
@@ -246,7 +267,9 @@ static void *relay_main(void *arg)
         size_t i = 0;
         for (tunnel *t = relay.live; t; t = t->next, i++) {
             who[i] = t;
+            pthread_mutex_lock(&t->mu);
             poll_entries(t, &pf[1 + 2 * i], &pf[2 + 2 * i]);
+            pthread_mutex_unlock(&t->mu);
             if (t->again)
                 timeout = 0;
             if (t->linger_until) {
@@ -271,19 +294,22 @@ static void *relay_main(void *arg)
             int lingered = t->linger_until && now >= t->linger_until;
             if (!lingered && !pf[1 + 2 * i].revents && !pf[2 + 2 * i].revents && !t->again)
                 continue;
-            if (!lingered && !pump(t))
+            pthread_mutex_lock(&t->mu);
+            int over = lingered || pump(t);
+            pthread_mutex_unlock(&t->mu);
+            if (!over)
                 continue;
             tunnel **pp = &relay.live;
             while (*pp != t)
                 pp = &(*pp)->next;
             *pp = t->next;
-            tunnel_free(t);
+            tunnel_end(t);
         }
     }
     while (relay.live) {
         tunnel *t = relay.live;
         relay.live = t->next;
-        tunnel_free(t);
+        tunnel_end(t);
     }
     /* From here on this thread touches nothing shared: a new tunnel starts
      * a new thread, which joins this one first. */
@@ -297,10 +323,14 @@ static void *relay_main(void *arg)
     return NULL;
 }
 
-sluice_err sluicei_relay_add(int tls_fd, int local_fd, SSL *ssl, char *err, size_t errlen)
+sluice_err sluicei_relay_add(int tls_fd, int local_fd, SSL *ssl, sluicei_tunnel **ref, char *err,
+                             size_t errlen)
 {
+    if (ref)
+        *ref = NULL;
     tunnel *t = calloc(1, sizeof *t);
-    if (!t) {
+    if (!t || pthread_mutex_init(&t->mu, NULL) != 0) {
+        free(t);
         SSL_free(ssl);
         close(tls_fd);
         close(local_fd);
@@ -344,10 +374,123 @@ sluice_err sluicei_relay_add(int tls_fd, int local_fd, SSL *ssl, char *err, size
     }
     t->next = relay.incoming;
     relay.incoming = t;
+    if (ref) {
+        t->refs = 1;
+        *ref = t;
+    }
     ssize_t w = write(relay.wake[1], "", 1);
     (void)w;   /* full: a wake-up is pending anyway */
     pthread_mutex_unlock(&relay.mu);
     return SLUICE_OK;
+}
+
+int sluicei_tunnel_tcp_fd(const sluicei_tunnel *t)
+{
+    return t->tls_fd;
+}
+
+void sluicei_tunnel_release(sluicei_tunnel *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&relay.mu);
+    if (--t->refs == 0 && t->dead)
+        tunnel_free(t);
+    pthread_mutex_unlock(&relay.mu);
+}
+
+/* One step of sluicei_tunnel_write(), t->mu held: takes in what hiredis
+ * wrote before, then buf (*left bytes of it still out) when there is room,
+ * and hands the server what the buffer holds. Returns 1 when nothing is
+ * left to hand over, 0 when the TLS socket has no room now (*want: what
+ * to poll for), -1 when the tunnel is over or failed. */
+static int write_step(tunnel *t, const unsigned char **buf, size_t *left, short *want)
+{
+    if (t->dead || t->tls_eof || t->local_eof)
+        return -1;
+    while (t->up_off + t->up_len < SLUICEI_TLS_BUF_BYTES) {
+        ssize_t n = read(t->local_fd, t->up + t->up_off + t->up_len,
+                         SLUICEI_TLS_BUF_BYTES - t->up_off - t->up_len);
+        if (n > 0)
+            t->up_len += (size_t)n;
+        else if (n < 0 && errno == EAGAIN)
+            break;
+        else if (n == 0 || errno != EINTR)
+            return -1;   /* hiredis's end closed or failed: the relay ends the tunnel */
+    }
+    size_t room = SLUICEI_TLS_BUF_BYTES - t->up_off - t->up_len;
+    if (*left > 0 && room < *left && t->up_off > 0) {
+        memmove(t->up, t->up + t->up_off, t->up_len);
+        t->up_off = 0;
+        room = SLUICEI_TLS_BUF_BYTES - t->up_len;
+    }
+    if (*left > 0 && room >= *left) {
+        memcpy(t->up + t->up_off + t->up_len, *buf, *left);
+        t->up_len += *left;
+        *buf += *left;
+        *left = 0;
+    }
+    while (t->up_len > 0) {
+        int failed = 0;
+        ERR_clear_error();
+        int r = SSL_write(t->ssl, t->up + t->up_off, (int)t->up_len);
+        if (r <= 0) {
+            *want = ssl_want(t->ssl, r, &failed);
+            t->wr_want = *want;
+            if (failed) {
+                t->tls_eof = 1;
+                return -1;
+            }
+            return 0;
+        }
+        t->up_off += (size_t)r, t->up_len -= (size_t)r;
+        t->wr_want = 0;
+    }
+    t->up_off = 0;
+    if (*left > 0) {
+        *want = POLLOUT;
+        return 0;   /* buf did not fit before the buffer emptied: again */
+    }
+    return 1;
+}
+
+/* Makes the relay compute what it waits for again. */
+static void relay_wake(void)
+{
+    pthread_mutex_lock(&relay.mu);
+    if (relay.running && relay.wake[1] >= 0) {
+        ssize_t w = write(relay.wake[1], "", 1);
+        (void)w;   /* full: a wake-up is pending anyway */
+    }
+    pthread_mutex_unlock(&relay.mu);
+}
+
+int sluicei_tunnel_write(sluicei_tunnel *t, const void *buf, size_t len, int64_t deadline_ms)
+{
+    const unsigned char *p = buf;
+    size_t left = len;
+    int woke = 0;
+    for (;;) {
+        short want = POLLOUT;
+        pthread_mutex_lock(&t->mu);
+        int r = write_step(t, &p, &left, &want);
+        pthread_mutex_unlock(&t->mu);
+        if (r != 0)
+            return r > 0 ? 0 : -1;
+        /* The TLS socket is full: bytes wait in the buffer, which the
+         * relay, told so, also sends when room comes (whoever finds it
+         * first), even once this call has given up. */
+        if (!woke) {
+            relay_wake();
+            woke = 1;
+        }
+        int64_t wait = deadline_ms - mono_ms();
+        if (wait <= 0)
+            return -1;
+        struct pollfd pfd = {.fd = t->tls_fd, .events = want};
+        if (poll(&pfd, 1, wait > 100 ? 100 : (int)wait) < 0 && errno != EINTR)
+            return -1;
+    }
 }
 
 

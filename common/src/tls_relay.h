@@ -19,9 +19,11 @@
 /* Hands a tunnel to the relay, starting its thread when none runs: ssl is
  * connected over tls_fd (non-blocking), local_fd (non-blocking) is the
  * relay's end of hiredis's socket. On SLUICE_OK all three are the
- * relay's; on failure (SLUICE_ERR_NOMEM, SLUICE_ERR_SYS: no thread) they
- * are closed and freed. Thread-safe. */
-sluice_err sluicei_relay_add(int tls_fd, int local_fd, SSL *ssl, char *err, size_t errlen);
+ * relay's, and *ref (when ref is not NULL) a reference to the tunnel
+ * (tls.h: sluicei_tunnel_write); on failure (SLUICE_ERR_NOMEM,
+ * SLUICE_ERR_SYS: no thread) they are closed and freed. Thread-safe. */
+sluice_err sluicei_relay_add(int tls_fd, int local_fd, SSL *ssl, sluicei_tunnel **ref, char *err,
+                             size_t errlen);
 
 /* pthread_atfork handlers (tls.c registers them): prepare waits until the
  * relay rests in poll() and holds it there; the child closes its copies of

@@ -50,11 +50,9 @@ static sluice_batch *pop_batch(sluice_consumer *c, int *wake)
 
 /* Writes the n bytes of buf to the hand socket, corked (MSG_MORE). While
  * the socket is full it waits for room, until deadline_ms (monotonic) at
- * most. Over TLS the socket is a local one to the relay thread
- * (tls_relay.h), which holds a few hundred small writes: it is full
- * whenever the relay is a moment behind, and has room again within
- * milliseconds. A TCP socket to Redis is full only when Redis stopped
- * reading. Returns 0, or -1 (the stream may be cut). */
+ * most: a TCP socket to Redis is full only when Redis stopped reading.
+ * (Over TLS next() writes through the tunnel instead: hand_out.) Returns
+ * 0, or -1 (the stream may be cut). */
 static int hand_write(int fd, const char *buf, size_t n, int64_t deadline_ms)
 {
     size_t off = 0;
@@ -103,8 +101,13 @@ static int hand_out(sluice_consumer *c, int *wake)
     /* Written within HAND_WAIT_MS and before the lease may run out, or
      * the session starts anew (below). */
     int64_t until = sluicei_now_ms() + HAND_WAIT_MS;
-    int r = hand_write(c->hand_fd, c->hand_cmd, (size_t)n,
-                       until < c->lease_until ? until : c->lease_until);
+    if (until > c->lease_until)
+        until = c->lease_until;
+    /* Over TLS the mark goes through the tunnel's TLS session, into the
+     * kernel before next() returns, as a plain one does: written to the
+     * local socket it would wait for the relay thread, and die with it. */
+    int r = c->hand_tunnel ? sluicei_tunnel_write(c->hand_tunnel, c->hand_cmd, (size_t)n, until)
+                           : hand_write(c->hand_fd, c->hand_cmd, (size_t)n, until);
     c->hand_dirty = 1;
     if (r != 0) {
         /* A socket Redis stopped reading (full until the lease's end) or

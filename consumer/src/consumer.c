@@ -25,7 +25,10 @@
  *         So next() makes no round trip and wakes nobody, and the mark is
  *         in Redis well before the lease can run out (lease_until). The
  *         socket is the loop's (it connects and closes it); next() writes
- *         to it only under the mutex, while hand_fd says it is up.
+ *         to it only under the mutex, while hand_fd says it is up. Over
+ *         TLS next() writes through the hand connection's tunnel itself
+ *         (tls.h: sluicei_tunnel_write), into its TCP socket, corked with
+ *         TCP_CORK: the same, without waiting for the relay thread.
  * Acks go in batches: one ack script call for every batch released since
  * the last (up to ACK_BATCH_MAX).
  * All three are set up together (AUTH, SELECT, SCRIPT LOAD) and dropped

@@ -15,6 +15,7 @@
 #include "num.h"
 #include "proto.h"
 #include "retry.h"
+#include "tls.h"
 #include "wire.h"
 #include "zframe.h"
 
@@ -254,6 +255,7 @@ struct sluice_consumer {
     char down_why[512];
     sluice_consumer_stats st;
     int hand_fd;               /* the hand connection's socket while it is up, else -1 */
+    sluicei_tunnel *hand_tunnel;   /* over TLS: its tunnel, which next() writes through */
     int64_t lease_until;       /* monotonic ms up to which the lease surely runs (3/4) */
     int want_lease;            /* next() waits for a renewal (lease_until passed) */
     int hand_broken;           /* a write to the hand socket failed: a new session */

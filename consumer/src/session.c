@@ -19,6 +19,8 @@ void session_drop_conns(sluice_consumer *c)
     /* next() stops writing to the hand socket before it is closed. */
     mu_lock(c);
     c->hand_fd = -1;
+    sluicei_tunnel *hand_tunnel = c->hand_tunnel;
+    c->hand_tunnel = NULL;
     mu_unlock(c);
     for (int i = 0; i < NCONN; i++) {
         redisAsyncContext *ac = c->ac[i];
@@ -27,6 +29,7 @@ void session_drop_conns(sluice_consumer *c)
         if (ac)
             redisAsyncFree(ac);
     }
+    sluicei_tunnel_release(hand_tunnel);
 }
 
 /* Ends the current session: both connections are dropped, replies still
@@ -357,12 +360,21 @@ void session_start(sluice_consumer *c)
             return;
         }
         if (tunnel) {
+            /* The hand connection's tunnel: next() writes its marks
+             * through it (api.c: hand_out). */
             char why[400];
-            sluice_err e = sluicei_tls_accept(tunnel, why, sizeof why);
+            sluicei_tunnel *ref = NULL;
+            sluice_err e =
+                sluicei_tls_accept(tunnel, i == CONN_HAND ? &ref : NULL, why, sizeof why);
             if (e != SLUICE_OK) {
                 redisAsyncFree(ac);
                 session_fail(c, "redis %s: %s", c->addr, why);
                 return;
+            }
+            if (ref) {
+                mu_lock(c);
+                c->hand_tunnel = ref;
+                mu_unlock(c);
             }
         }
         ac->data = c;
@@ -424,6 +436,14 @@ void session_publish_hand(sluice_consumer *c)
         return;
     mu_lock(c);
     if (c->hand_fd < 0) {
+        /* Over TLS next() writes into the tunnel's TCP socket, corked
+         * from now on as a plain one's writes are (MSG_MORE): the setup
+         * went out uncorked. */
+        if (c->hand_tunnel) {
+            int one = 1;
+            setsockopt(sluicei_tunnel_tcp_fd(c->hand_tunnel), IPPROTO_TCP, TCP_CORK, &one,
+                       sizeof one);
+        }
         c->hand_fd = ac->c.fd;
         cv_broadcast(c);
     }
@@ -431,15 +451,18 @@ void session_publish_hand(sluice_consumer *c)
 }
 
 /* Pushes the marks next() wrote corked to Redis now (setting TCP_NODELAY
- * sends what a socket holds back; on a unix socket nothing is held back).
- * The loop runs it at every pump and tick, and before a close's requeue.
- * The push (on loopback, Redis's side of the delivery too) runs outside
- * the mutex, so next() does not wait for it: only this thread closes the
- * socket. */
+ * sends what a socket holds back, corked by MSG_MORE or TCP_CORK; on a
+ * unix socket nothing is held back). The loop runs it at every pump and
+ * tick, and before a close's requeue. The push (on loopback, Redis's side
+ * of the delivery too) runs outside the mutex, so next() does not wait
+ * for it: only this thread closes the socket, or gives back the tunnel
+ * whose TCP socket it is over TLS. */
 void session_hand_flush(sluice_consumer *c)
 {
     mu_lock(c);
-    int fd = c->hand_dirty ? c->hand_fd : -1;
+    int fd = !c->hand_dirty || c->hand_fd < 0 ? -1
+             : c->hand_tunnel                 ? sluicei_tunnel_tcp_fd(c->hand_tunnel)
+                                              : c->hand_fd;
     c->hand_dirty = 0;
     mu_unlock(c);
     if (fd >= 0) {

@@ -8,6 +8,8 @@
 # the Python binding reads a queue, a fork()ed child of it reads with a
 # consumer of its own, and once closed no thread or descriptor is left;
 # 20000 batches of one small record come without a session lost; a
+# consumer killed the moment next() returns has that delivery counted (its
+# mark went out through the TLS session, not the relay); a
 # consumer whose connections Redis drops five times reconnects through new
 # tunnels, with no descriptor or thread more. What must fail fails at once, saying why: a CA that did not sign the
 # server's certificate ("certificate verify failed ... (CA file ...)"), a
@@ -21,7 +23,7 @@
 . "$(dirname "$0")/../lib/integration.sh"
 # shellcheck source=tests/lib/python.sh
 . "$ROOT/tests/lib/python.sh"
-need_bin sluice-ctl sluice-producer sluice-consume
+need_bin sluice-ctl sluice-producer sluice-consume hold
 command -v openssl >/dev/null || fail "openssl (the command) is needed to make the certificates"
 
 # ---- certificates ----------------------------------------------------------
@@ -134,9 +136,8 @@ note "python: $pyline"
     fail "python read $pyline, the producer pushed $pline"
 
 # ---- many small batches: no session lost -------------------------------------------
-# next() marks each batch with one small write, which over TLS goes to the
-# relay thread through a local socket that holds a few hundred of them:
-# when the relay is a moment behind, next() waits for room instead of
+# next() marks each batch with one small write through the TLS session:
+# when the socket is full a moment, next() waits for room instead of
 # taking the connection for broken (and starting a new session).
 ctl create small --max-batches 100000 --max-bytes 256M >/dev/null || fail "create small"
 seq 1 20000 >"$T/small.txt"
@@ -149,6 +150,34 @@ out=$("$BUILD/sluice-consume" --redis "$TLS_URL" --queue small --count 20000 --s
 ! grep -q 'reconnects [1-9]' "$T/small.err" ||
     fail "20000 small batches over TLS cost sessions: $(tail -n 2 "$T/small.err")"
 note "20000 small batches over TLS: $(head -n 1 "$T/small.err")"
+
+# ---- killed the moment next() returns: the mark is not lost ----------------------
+# Over TLS next() writes the mark through the tunnel's TLS session, into
+# the kernel before it returns, as over plain text: a consumer killed the
+# moment its application receives a batch has that delivery counted, and
+# the batch comes back flagged. hold --kill takes 3 (prefetching 4) and
+# kills itself as the third next() returns; once its lease ran out and it
+# was reaped, exactly 3 batches count a delivery (the prefetched one
+# none). Five rounds, each on a queue of its own.
+seq 1 10 >"$T/km.txt"
+for round in 1 2 3 4 5; do
+    q=km$round
+    ctl create "$q" --max-batches 100 --max-bytes 16M --lease-ms 1000 >/dev/null || fail "create $q"
+    "$BUILD/sluice-producer" --redis "$TLS_URL" --queue "$q" --format lines --batch-size 1 --quiet \
+        "$T/km.txt" || fail "sluice-producer ($q) failed"
+    rc=0
+    "$BUILD/hold" --redis "$TLS_URL" --queue "$q" --count 3 --prefetch 4 --kill >"$T/$q.out" \
+        2>"$T/$q.err" || rc=$?
+    ((rc == 137)) || fail "hold --kill on $q: exit $rc: $(cat "$T/$q.err")"
+    reaped() {
+        ctl reap "$q" >/dev/null &&
+            [[ -z $(rcli --scan --pattern "sluice:{$q}:pending:*") ]]
+    }
+    wait_for 15 reaped || fail "$q: the killed consumer's batches were not handed back"
+    counted=$(rcli HVALS "sluice:{$q}:dlv" | grep -cx 1 || true)
+    ((counted == 3)) || fail "$q: $counted batches count a delivery, expected 3: $(rcli HGETALL "sluice:{$q}:dlv" | grep -v '^not a batch' | tr '\n' ' ')"
+done
+note "5 consumers killed as next() returned over TLS: 3 deliveries counted each time"
 
 # ---- connections dropped: new tunnels, nothing left behind ----------------------
 # tls_clients: the ids of the clients Redis has on its TLS port.

@@ -3,15 +3,18 @@
  * dies holding unacknowledged batches.
  *
  *   hold --redis URL --queue Q --count K [--prefetch P] [--timeout-ms T]
- *        [--rank R --world N]
+ *        [--rank R --world N] [--kill]
  *
  * Prints one line per batch taken, "id <epoch>:<task>:<seq> deliveries=<d>",
  * then "held K" once it has all of them (flushed, so a test can wait for
- * it), and sleeps. Exits 1 when a batch does not come within T ms (default
- * 10000) or on any error; 2 on bad usage. */
+ * it), and sleeps. With --kill it kills itself (SIGKILL) the moment the
+ * K-th next() returns, without printing that batch: a consumer that dies
+ * as its application receives a batch. Exits 1 when a batch does not come
+ * within T ms (default 10000) or on any error; 2 on bad usage. */
 #include <sluice/consumer.h>
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +23,7 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: hold --redis URL --queue Q --count K [--prefetch P] [--timeout-ms T]\n"
-                    "            [--rank R --world N]\n");
+                    "            [--rank R --world N] [--kill]\n");
     return 2;
 }
 
@@ -28,6 +31,9 @@ int main(int argc, char **argv)
 {
     sluice_consumer_opts o = {0};
     long count = -1, timeout_ms = 10000;
+    int kill_self = argc > 1 && !strcmp(argv[argc - 1], "--kill");
+    if (kill_self)
+        argc--;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
         if (!strcmp(a, "--redis"))
@@ -66,9 +72,12 @@ int main(int argc, char **argv)
             sluice_consumer_close(c);
             return 1;
         }
+        if (kill_self && i == count - 1)
+            raise(SIGKILL);
         sluice_batch_id id = sluice_batch_get_id(b);
         printf("id %" PRIu32 ":%" PRIu64 ":%" PRIu32 " deliveries=%" PRIu32 "\n", id.epoch,
                id.task, id.seq, sluice_batch_deliveries(b));
+        fflush(stdout);
         /* Never released: the batch stays under this consumer's lease. */
     }
     printf("held %ld\n", count);
