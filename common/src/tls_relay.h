@@ -2,7 +2,8 @@
  * with the first tunnel and ended when the last one closes, that copies
  * bytes between hiredis's local socket and the TLS connection of every
  * tunnel, both ways, through buffers of SLUICEI_TLS_BUF_BYTES; a full
- * buffer stops reading its side. Internal, for tls.c.
+ * buffer stops reading its side. Internal, for tls.c (which also
+ * declares sluicei_tunnel_write() and its kin, implemented with it).
  *
  * hiredis closing its end ends a tunnel once what it sent is passed on
  * (or after 10 s); the server closing or failing its end closes hiredis's
