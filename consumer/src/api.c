@@ -74,6 +74,42 @@ static int hand_write(int fd, const char *buf, size_t n, int64_t deadline_ms)
     return 0;
 }
 
+/* Appends the n bytes at src to *p. */
+static void put(char **p, const char *src, size_t n)
+{
+    memcpy(*p, src, n);
+    *p += n;
+}
+
+/* Writes into buf (sizeof hand_cmd) the mark of batch rid, "PEXPIREAT
+ * <frame prefix><rid> SLUICEI_HANDED_AT" in the protocol of Redis; returns
+ * its length. Built by hand, not with snprintf: next() builds one per
+ * batch. */
+static size_t mark_cmd(char *buf, const char *frame_prefix, const char *rid)
+{
+    static const char head[] = "*3\r\n$9\r\nPEXPIREAT\r\n$";
+    static const char tail[] = "\r\n$15\r\n" SLUICEI_HANDED_AT "\r\n";
+    _Static_assert(sizeof SLUICEI_HANDED_AT - 1 == 15, "the length in tail");
+    /* A key of up to SLUICE_MAX_KEY - 1 bytes has up to 3 digits. */
+    _Static_assert(sizeof ((sluice_consumer *)0)->hand_cmd >=
+                       sizeof head + 3 + 2 + SLUICE_MAX_KEY + RID_MAX + sizeof tail,
+                   "hand_cmd holds any mark");
+    size_t plen = strlen(frame_prefix), rlen = strlen(rid);
+    char digits[24], *d = digits + sizeof digits;
+    size_t klen = plen + rlen;
+    do
+        *--d = (char)('0' + klen % 10);
+    while ((klen /= 10) > 0);
+    char *p = buf;
+    put(&p, head, sizeof head - 1);
+    put(&p, d, (size_t)(digits + sizeof digits - d));
+    put(&p, "\r\n", 2);
+    put(&p, frame_prefix, plen);
+    put(&p, rid, rlen);
+    put(&p, tail, sizeof tail - 1);
+    return (size_t)(p - buf);
+}
+
 /* Tells Redis, on the hand connection, that the batch at the head of c's
  * FIFO goes to the application (lib.lua: handed), before next() hands it
  * out: one corked write (see the top), no reply (CLIENT REPLY OFF). mu is
@@ -93,11 +129,7 @@ static int hand_out(sluice_consumer *c, int *wake)
         }
         return -1;
     }
-    const char *rid = c->fifo[c->fifo_head].rid;
-    size_t klen = strlen(c->k_frame) + strlen(rid);
-    int n = snprintf(c->hand_cmd, sizeof c->hand_cmd,
-                     "*3\r\n$9\r\nPEXPIREAT\r\n$%zu\r\n%s%s\r\n$%zu\r\n%s\r\n", klen, c->k_frame,
-                     rid, strlen(SLUICEI_HANDED_AT), SLUICEI_HANDED_AT);
+    size_t n = mark_cmd(c->hand_cmd, c->k_frame, c->fifo[c->fifo_head].rid);
     /* Written within HAND_WAIT_MS and before the lease may run out, or
      * the session starts anew (below). */
     int64_t until = sluicei_now_ms() + HAND_WAIT_MS;
@@ -106,8 +138,8 @@ static int hand_out(sluice_consumer *c, int *wake)
     /* Over TLS the mark goes through the tunnel's TLS session, into the
      * kernel before next() returns, as a plain one does: written to the
      * local socket it would wait for the relay thread, and die with it. */
-    int r = c->hand_tunnel ? sluicei_tunnel_write(c->hand_tunnel, c->hand_cmd, (size_t)n, until)
-                           : hand_write(c->hand_fd, c->hand_cmd, (size_t)n, until);
+    int r = c->hand_tunnel ? sluicei_tunnel_write(c->hand_tunnel, c->hand_cmd, n, until)
+                           : hand_write(c->hand_fd, c->hand_cmd, n, until);
     c->hand_dirty = 1;
     if (r != 0) {
         /* A socket Redis stopped reading (full until the lease's end) or
