@@ -20,10 +20,11 @@ local e, t = ARGV[1], ARGV[2]
 local n = #ARGV - 2
 -- Canonical decimal of at most maxlen digits (no sign, no leading zero).
 local function decimal(s, maxlen)
-  return #s <= maxlen and string.match(s, '^%d+$') ~= nil and (#s == 1 or string.sub(s, 1, 1) ~= '0')
+  return #s <= maxlen and (s == '0' or string.find(s, '^[1-9]%d*$') ~= nil)
 end
+-- (Up to 7 digits is below 16777215 already: no tonumber for most seqs.)
 local function valid_seq(s)
-  return decimal(s, 8) and tonumber(s) <= 16777215
+  return decimal(s, 8) and (#s < 8 or tonumber(s) <= 16777215)
 end
 -- The room rule: a copy of has_room in lib.lua (push runs without lib, so
 -- that a client can take this script from docs/PROTOCOL.md as it is).
