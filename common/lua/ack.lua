@@ -24,28 +24,37 @@ end
 -- Acks come in the order the batches were taken, which is the order of
 -- the pending list from its end: when the ids are exactly the list's last
 -- entries, one LTRIM drops them all; otherwise each is looked for (LREM).
+local function seq_ok(i) return (tonumber(ARGV[i + 3]) or math.huge) <= 16777215 end
 local k = (#ARGV - 2) / 4
 local all = k >= 1 and k == math.floor(k)
 if all then
-  local tail, left = redis.call('LRANGE', pending, -k, -1), {}
+  local tail = redis.call('LRANGE', pending, -k, -1)
   all = #tail == k
-  for _, id in ipairs(tail) do left[id] = (left[id] or 0) + 1 end
+  -- The tail backwards, usually (the newest entry is the list's first);
+  -- else the same ids in another order.
+  local j = k
   for i = 3, #ARGV, 4 do
-    local id = ARGV[i]
-    if not all or not left[id] or left[id] == 0 or
-       (tonumber(ARGV[i + 3]) or math.huge) > 16777215 then
-      all = false
-      break
+    if not all or tail[j] ~= ARGV[i] then break end
+    all, j = seq_ok(i), j - 1
+  end
+  if all and j > 0 then
+    local left = {}
+    for _, id in ipairs(tail) do left[id] = (left[id] or 0) + 1 end
+    for i = 3, #ARGV, 4 do
+      local id = ARGV[i]
+      if not left[id] or left[id] == 0 or not seq_ok(i) then
+        all = false
+        break
+      end
+      left[id] = left[id] - 1
     end
-    left[id] = left[id] - 1
   end
   if all then redis.call('LTRIM', pending, 0, -k - 1) end
 end
 local laste, lastt
 for i = 3, #ARGV, 4 do
   local id, e, t = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if all or ((tonumber(ARGV[i + 3]) or math.huge) <= 16777215 and
-             redis.call('LREM', pending, '-1', id) == 1) then
+  if all or (seq_ok(i) and redis.call('LREM', pending, '-1', id) == 1) then
     n = n + 1
     keys[n], ids[n] = pre .. 'b:' .. id, id
     sizes[n] = redis.call('STRLEN', keys[n])
