@@ -76,9 +76,11 @@ for _, d in ipairs(dl) do dead_letter(d[1], d[2], now) end
 local out = {}
 if #got > 0 then
   redis.call('LPUSH', pre .. 'pending:' .. cid, unpack(got))
-  -- dlv counts the deliveries that ended without an acknowledgement.
+  -- dlv counts the deliveries that ended without an acknowledgement
+  -- (mostly none: '0', which needs no tonumber).
   for i, id in ipairs(got) do
-    out[#out + 1], out[#out + 2] = id, tonumber(dlvs[i]) + 1
+    local d = dlvs[i]
+    out[#out + 1], out[#out + 2] = id, d == '0' and 1 or tonumber(d) + 1
   end
 end
 if marker then out[#out + 1], out[#out + 2] = marker, 0 end
