@@ -101,8 +101,10 @@ sluice_err sluicei_conn_load_scripts(sluicei_conn *c);
 /* Sets the socket timeout for the following commands (0: c->cmd_timeout_ms). */
 void sluicei_conn_set_timeout(sluicei_conn *c, int timeout_ms);
 
-/* Monotonic milliseconds and wall-clock microseconds. */
+/* Monotonic milliseconds and microseconds (the same clock), and
+ * wall-clock microseconds. */
 int64_t sluicei_now_ms(void);
+int64_t sluicei_now_us(void);
 uint64_t sluicei_wall_us(void);
 /* A random 64-bit value from getrandom(), falling back to time and pid. */
 uint64_t sluicei_random64(void);

@@ -62,6 +62,11 @@
 #define OOM_POLL_MS 20
 /* How long close() tries to send its acks and hand batches back. */
 #define CLOSE_TIMEOUT_MS 3000
+/* Frame bytes the GETs on their way may bring at most (fetch_more): the
+ * link's round trip at FETCH_RATE bytes a microsecond (2 GB/s), and at
+ * least FETCH_OUT_MIN. */
+#define FETCH_OUT_MIN ((size_t)1 << 20)
+#define FETCH_RATE 2000
 /* Frame bytes one MGET should fetch at most (estimated from the last
  * frame seen): many small frames per command, big ones one at a time so
  * that each is handed over as soon as it is in. */
@@ -181,11 +186,13 @@ typedef struct req {
     struct sluice_consumer *c;
     uint64_t gen;      /* session it belongs to; stale replies are ignored */
     int64_t sent_ms;   /* monotonic: a renewal's lease runs from here */
+    int64_t sent_us;   /* the same, in microseconds (the round trip) */
     int kind, conn;
     int in_op;         /* part of the current data operation */
     int item;          /* R_CLAIM, R_FRAME: index into c->items; -1: none */
     int nitems;        /* R_FRAME: items item.. fetched (MGET when more than one);
                           R_SETUP of SCRIPT LOAD: the script */
+    size_t bytes;      /* R_FRAME: the frame bytes it was sent for (estimated) */
     char id[RID_MAX];  /* R_SETUP: the step's name */
     struct idbuf *ids; /* R_ACK: the ids acknowledged (owned) */
     size_t nids;
@@ -314,6 +321,10 @@ struct sluice_consumer {
     int blocking;              /* a BLMOVE is outstanding */
     int op, op_left;
     item *items;               /* prefetch entries */
+    int fetch_next, fetch_end; /* items fetch_next..fetch_end wait for their GET */
+    int fetch_ack_n;           /* at most once: items 0..n to ack once all are sent */
+    size_t fetch_out;          /* frame bytes of the GETs sent and not yet answered */
+    int64_t rtt_min_us;        /* the session's quickest reply (0: none yet) */
     uint32_t loop_epoch;
     size_t frame_est;          /* size of the last frame received */
     size_t mem_est;            /* the memory of the last batch decoded (its frame
@@ -456,7 +467,7 @@ void handle_reply(sluice_consumer *c, req *q, redisReply *r);
 /* ---- fetch.c: the data operations that bring batches in ---------------- */
 
 int fetch_items(sluice_consumer *c, int from, int n);
-int fetch_ack(sluice_consumer *c, int n);
+int fetch_more(sluice_consumer *c);
 void fetch_claim_args(sluice_consumer *c, const char *id, uint32_t ep, char epbuf[16],
                       const char *argv[6]);
 void fetch_take(sluice_consumer *c, int room);

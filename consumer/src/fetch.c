@@ -6,16 +6,48 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-/* Fetches items[from..from+n): GET b:<id> for one, MGET for several, as
- * many per command as FETCH_BYTES allows. Returns -1 when the session
+/* Frame bytes the GETs on their way may bring at most. A GET sent at
+ * once for every frame a take moved would have Redis build all their
+ * replies before the first has left, in memory it faults in anew each
+ * time (at 64 KiB, a third of its CPU went to MGET). Enough to cover the
+ * round trip at FETCH_RATE keeps a slow link full. */
+static size_t fetch_cap(const sluice_consumer *c)
+{
+    size_t bdp = (size_t)c->rtt_min_us * FETCH_RATE;
+    return bdp > FETCH_OUT_MIN ? bdp : FETCH_OUT_MIN;
+}
+
+/* At most once: acknowledges items[0..n) right behind their GETs (one
+ * script call), so that the batches are gone from Redis on arrival. Until
+ * the reply confirms it, the ack counts as unconfirmed: a session that
+ * ends first sends it again, and its ids are not fetched a second time
+ * from pending:<cid>. */
+static int fetch_ack(sluice_consumer *c, int n)
+{
+    if (c->ack_mode != SLUICE_ACK_NONE || n == 0)
+        return 0;
+    if (grow((void **)&c->unconf, &c->unconf_cap, c->nunconf + (size_t)n, sizeof *c->unconf))
+        return send_acks(c, CONN_DATA, R_ACK_QUIET, 1, c->items[0].rid, sizeof *c->items,
+                         (size_t)n);
+    for (int i = 0; i < n; i++)
+        memcpy(c->unconf[c->nunconf++].s, c->items[i].rid, RID_MAX);
+    return send_acks(c, CONN_DATA, R_ACK, 1, c->items[0].rid, sizeof *c->items, (size_t)n);
+}
+
+/* Sends the GETs of the items still to fetch (GET b:<id> for one, MGET
+ * for several, as many per command as FETCH_BYTES allows, estimated from
+ * the last frame) while the frame bytes on their way stay under
+ * fetch_cap(); the reply of each sends more. Once the last is sent, an
+ * at-most-once consumer's ack follows. Returns -1 when the session
  * ended. */
-int fetch_items(sluice_consumer *c, int from, int n)
+int fetch_more(sluice_consumer *c)
 {
     size_t est = c->frame_est ? c->frame_est : 1;
     int per = est >= FETCH_BYTES ? 1 : (int)(FETCH_BYTES / est);
-    size_t plen = strlen(c->k_frame);
-    while (n > 0) {
-        int k = n < per ? n : per;
+    size_t plen = strlen(c->k_frame), cap = fetch_cap(c);
+    while (c->fetch_next < c->fetch_end && c->fetch_out < cap) {
+        int from = c->fetch_next, left = c->fetch_end - from;
+        int k = left < per ? left : per;
         size_t total = 0;
         for (int i = 0; i < k; i++)
             total += plen + strlen(c->items[from + i].rid) + 1;
@@ -28,6 +60,7 @@ int fetch_items(sluice_consumer *c, int from, int n)
             return -1;
         }
         q->nitems = k;
+        q->bytes = (size_t)k * est;
         const char **av = c->fetch_av;
         char *kp = c->fetch_keys;
         av[0] = k == 1 ? "GET" : "MGET";
@@ -37,27 +70,24 @@ int fetch_items(sluice_consumer *c, int from, int n)
         }
         if (send_argv(c, CONN_DATA, q, 1, k + 1, av, NULL) != 0)
             return -1;
-        from += k;
-        n -= k;
+        c->fetch_out += k * est;
+        c->fetch_next += k;
     }
-    return 0;
+    if (c->fetch_next < c->fetch_end || !c->fetch_ack_n)
+        return 0;
+    int n = c->fetch_ack_n;
+    c->fetch_ack_n = 0;
+    return fetch_ack(c, n);
 }
 
-/* At most once: acknowledges items[0..n) right behind their GETs (one
- * script call), so that the batches are gone from Redis on arrival. Until
- * the reply confirms it, the ack counts as unconfirmed: a session that
- * ends first sends it again, and its ids are not fetched a second time
- * from pending:<cid>. */
-int fetch_ack(sluice_consumer *c, int n)
+/* Fetches items[from..from+n) (fetch_more), then, at most once,
+ * acknowledges items[0..from+n). Returns -1 when the session ended. */
+int fetch_items(sluice_consumer *c, int from, int n)
 {
-    if (c->ack_mode != SLUICE_ACK_NONE || n == 0)
-        return 0;
-    if (grow((void **)&c->unconf, &c->unconf_cap, c->nunconf + (size_t)n, sizeof *c->unconf))
-        return send_acks(c, CONN_DATA, R_ACK_QUIET, 1, c->items[0].rid, sizeof *c->items,
-                         (size_t)n);
-    for (int i = 0; i < n; i++)
-        memcpy(c->unconf[c->nunconf++].s, c->items[i].rid, RID_MAX);
-    return send_acks(c, CONN_DATA, R_ACK, 1, c->items[0].rid, sizeof *c->items, (size_t)n);
+    c->fetch_next = from;
+    c->fetch_end = from + n;
+    c->fetch_ack_n = from + n;
+    return fetch_more(c);
 }
 
 /* The claim script's ARGV for id (a NUL-free string) taken from the list

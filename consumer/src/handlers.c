@@ -190,8 +190,8 @@ static void handle_take(sluice_consumer *c, req *q, redisReply *r)
         }
         add_item(c, id->str, id->len, d->integer, &n);
     }
-    if (gen == c->gen && fetch_items(c, 0, n) == 0)
-        fetch_ack(c, n);
+    if (gen == c->gen)
+        fetch_items(c, 0, n);
     if (gen != c->gen)
         return;
     /* A take that got something takes again (in the same two round
@@ -250,8 +250,8 @@ static void handle_blmove(sluice_consumer *c, redisReply *r)
     fetch_claim_args(c, c->items[0].rid, c->loop_epoch, ep, argv);
     req *q = send_req_new(c, R_CLAIM, 0);
     if (send_script(c, CONN_DATA, q, 1, SLUICEI_SCRIPT_CLAIM, 6, argv) == 0 &&
-        send_wait(c) == 0 && fetch_items(c, 0, 1) == 0)
-        fetch_ack(c, 1);
+        send_wait(c) == 0)
+        fetch_items(c, 0, 1);
 }
 
 /* The claim script's answer: the delivery count of an item, -1 when it
@@ -388,18 +388,19 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
 /* The reply to a GET or MGET of q->nitems items from q->item. */
 static void handle_frames(sluice_consumer *c, req *q, redisReply *r)
 {
+    c->fetch_out = c->fetch_out > q->bytes ? c->fetch_out - q->bytes : 0;
+    uint64_t gen = c->gen;
     if (q->nitems == 1 && r->type != REDIS_REPLY_ARRAY) {
         handle_frame(c, q->item, r);
-        return;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)q->nitems) {
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)q->nitems) {
         session_fail(c, "redis %s: MGET: %s", c->addr,
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-        return;
+    } else {
+        for (int i = 0; i < q->nitems && gen == c->gen; i++)
+            handle_frame(c, q->item + i, r->element[i]);
     }
-    uint64_t gen = c->gen;
-    for (int i = 0; i < q->nitems && gen == c->gen; i++)
-        handle_frame(c, q->item + i, r->element[i]);
+    if (gen == c->gen)
+        fetch_more(c);
 }
 
 /* An answer of the marker sequence that is an error reply (MOVED,

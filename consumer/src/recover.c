@@ -233,8 +233,8 @@ void recover_fetch(sluice_consumer *c, int room)
         send_script(c, CONN_DATA, send_req_new(c, R_CLAIM, n), 1, SLUICEI_SCRIPT_CLAIM, 6, argv);
         n++;
     }
-    if (gen == c->gen && send_wait(c) == 0 && fetch_items(c, 0, n) == 0)
-        fetch_ack(c, n);
+    if (gen == c->gen && send_wait(c) == 0)
+        fetch_items(c, 0, n);
     if (gen != c->gen)
         return;
     memmove(c->recover, c->recover + k, (c->nrecover - k) * sizeof *c->recover);

@@ -46,8 +46,17 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
     if (q->gen == c->gen) {
         c->pend[q->conn]--;
         c->prog_ms[q->conn] = sluicei_now_ms();
-        if (q->kind == R_BLMOVE)
+        if (q->kind == R_BLMOVE) {
             c->blocking = 0;
+        } else {
+            /* The session's quickest reply is its round trip (the others
+             * waited behind data, or in Redis). */
+            int64_t rtt = sluicei_now_us() - q->sent_us;
+            if (rtt < 1)
+                rtt = 1;
+            if (c->rtt_min_us == 0 || rtt < c->rtt_min_us)
+                c->rtt_min_us = rtt;
+        }
         if (!reply) {
             /* hiredis is freeing this context (a socket error). */
             if (c->ac[q->conn] == ac)
@@ -112,7 +121,8 @@ int send_argv(sluice_consumer *c, int conn, req *q, int in_op, int argc, const c
     }
     q->c = c;
     q->gen = c->gen;
-    q->sent_ms = sluicei_now_ms();
+    q->sent_us = sluicei_now_us();
+    q->sent_ms = q->sent_us / 1000;
     q->conn = conn;
     q->in_op = in_op;
     if (redisAsyncCommandArgv(ac, on_reply, q, argc, argv, lens) != REDIS_OK) {

@@ -51,6 +51,9 @@ void session_fail(sluice_consumer *c, const char *fmt, ...)
     c->blocking = 0;
     c->op = OP_NONE;
     c->op_left = 0;
+    c->fetch_next = c->fetch_end = c->fetch_ack_n = 0;
+    c->fetch_out = 0;
+    c->rtt_min_us = 0;
     c->restored = 0;
     c->ckpt_inflight = 0;   /* asked again in the next session */
     c->unblock_sent = c->requeue_sent = 0;
