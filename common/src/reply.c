@@ -4,9 +4,12 @@
  * of redisGetReply(). */
 #include "reply.h"
 
+#include "bufcache.h"
+
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* What malloc spends on an allocation beyond its size. */
@@ -79,6 +82,29 @@ static int charge(sluicei_reply_guard *g, const redisReadTask *t, size_t cost)
     return 0;
 }
 
+/* The string object hiredis would build (createStringObject), its bytes
+ * in memory from alloc; freeReplyObject frees it as one of hiredis's. */
+static void *big_string(const redisReadTask *t, const char *s, size_t len,
+                        void *(*alloc)(size_t))
+{
+    redisReply *r = calloc(1, sizeof *r);
+    char *buf = r ? alloc(len + 1) : NULL;
+    if (!buf) {
+        free(r);
+        return NULL;
+    }
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    r->type = t->type;
+    r->str = buf;
+    r->len = len;
+    if (t->parent) {
+        redisReply *parent = t->parent->obj;
+        parent->element[t->idx] = r;
+    }
+    return r;
+}
+
 static void *guarded_string(const redisReadTask *t, char *s, size_t len)
 {
     sluicei_reply_guard *g = t->privdata;
@@ -91,6 +117,8 @@ static void *guarded_string(const redisReadTask *t, char *s, size_t len)
     }
     if (charge(g, t, OBJ_COST + len + 1 + ALLOC_OVERHEAD) != 0)
         return NULL;
+    if (g->big_alloc && len >= SLUICEI_BUFCACHE_MIN)
+        return big_string(t, s, len, g->big_alloc);
     return g->base->createString(t, s, len);
 }
 

@@ -60,6 +60,9 @@ typedef struct sluicei_reply_guard {
     size_t used;         /* by the reply being read */
     const redisCallbackList *expect; /* an async context's requests awaiting a
                                         reply; NULL for a blocking context */
+    void *(*big_alloc)(size_t); /* NULL, or where strings of SLUICEI_BUFCACHE_MIN
+                                   bytes and more get their memory (freed with
+                                   free() all the same) */
     char why[120];       /* the limit broken; empty while none was */
 } sluicei_reply_guard;
 

@@ -531,6 +531,9 @@ void sluice_consumer_close(sluice_consumer *c)
             d->acked = 1;
         }
     consumer_free(c);
+    /* The frames kept for reuse go back to malloc (another consumer of
+     * the process fills the cache again). */
+    sluicei_bufcache_drain();
 }
 
 void sluice_consumer_stats_get(const sluice_consumer *c, sluice_consumer_stats *st)

@@ -10,6 +10,7 @@
 #include <sluice/consumer.h>
 
 #include "cluster.h"
+#include "bufcache.h"
 #include "conn.h"
 #include "idset.h"
 #include "num.h"

@@ -272,18 +272,6 @@ static void handle_claim(sluice_consumer *c, req *q, redisReply *r)
         reached_marker(c);
 }
 
-/* Takes over the string of a reply hiredis is about to free: the batch
- * keeps pointing into it (zero copy), and sluice_batch_free() frees it. */
-static redisReply *steal_string(redisReply *r)
-{
-    redisReply *m = malloc(sizeof *m);
-    if (!m)
-        return NULL;
-    *m = *r;
-    r->str = NULL;
-    r->len = 0;
-    return m;
-}
 
 /* Reply r to the GET of items[i] (or its element of an MGET reply). */
 static void handle_frame(sluice_consumer *c, int i, redisReply *r)
@@ -305,18 +293,20 @@ static void handle_frame(sluice_consumer *c, int i, redisReply *r)
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         return;
     }
-    redisReply *m = steal_string(r);
-    if (!m) {
-        session_fail(c, "out of memory");
-        return;
-    }
-    c->frame_est = m->len;
+    /* The batch takes over the frame's bytes from the reply hiredis is
+     * about to free and points into them (zero copy); sluice_batch_free()
+     * gives them to the buffer cache, for the frames to come. */
+    char *frame = r->str;
+    size_t flen = r->len;
+    r->str = NULL;
+    r->len = 0;
+    c->frame_est = flen;
     sluice_batch *b = NULL;
-    sluice_err e = sluicei_zframe_decode(c->zpool, m->str, m->len, c->max_batch_bytes,
-                                         sizeof(delivery), freeReplyObject, m, &b, why,
+    sluice_err e = sluicei_zframe_decode(c->zpool, frame, flen, c->max_batch_bytes,
+                                         sizeof(delivery), sluicei_bufcache_put, frame, &b, why,
                                          sizeof why);
     if (e != SLUICE_OK) {
-        freeReplyObject(m);
+        sluicei_bufcache_put(frame);
         send_dead(c, it->rid, strlen(it->rid), why);
         return;
     }

@@ -383,6 +383,7 @@ void session_start(sluice_consumer *c)
         ac->data = c;
         c->ac[i] = ac;
         sluicei_reply_guard_init(&c->guard[i], max_string, max_reply);
+        c->guard[i].big_alloc = sluicei_bufcache_get;   /* frames (bufcache.h) */
         if (glue_attach(ac, c->base, &c->guard[i]) != REDIS_OK) {
             session_fail(c, "redis %s: attaching to the event loop: out of memory", c->addr);
             return;

@@ -45,5 +45,6 @@ extern const struct test reply_tests[];
 extern const struct test metrics_tests[];
 extern const struct test zframe_tests[];
 extern const struct test child_tests[];
+extern const struct test bufcache_tests[];
 
 #endif

@@ -37,7 +37,7 @@ int main(int argc, char **argv)
                                    reader_tests, roots_tests, manifest_tests, taskdef_tests,
                                    cluster_tests, num_tests, batcher_tests, idset_tests,
                                    room_tests, abi_tests, reply_tests, metrics_tests,
-                                   zframe_tests, child_tests};
+                                   zframe_tests, child_tests, bufcache_tests};
     const char *filter = argc > 1 ? argv[1] : NULL;
     int passed = 0, failed = 0;
     for (size_t s = 0; s < sizeof suites / sizeof suites[0]; s++) {

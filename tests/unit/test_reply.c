@@ -3,7 +3,10 @@
 #include "reply.h"
 #include "test.h"
 
+#include "bufcache.h"
+
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -112,6 +115,51 @@ static void test_within(void)
     if (r)
         freeReplyObject(r);
     CHECK(s.ctx->err == 0 && !sluicei_reply_guard_tripped(&s.g));
+    close_side(&s);
+}
+
+static size_t big_allocs;
+static void *count_alloc(size_t n)
+{
+    big_allocs++;
+    return malloc(n);
+}
+
+/* Strings of SLUICEI_BUFCACHE_MIN bytes and more get their memory from
+ * big_alloc, inside arrays too; smaller ones, and other types, from
+ * hiredis; freeReplyObject frees both. */
+static void test_big_alloc(void)
+{
+    side s;
+    CHECK(open_side(&s, 0, 0) == 0);
+    s.g.big_alloc = count_alloc;
+    big_allocs = 0;
+    size_t big = SLUICEI_BUFCACHE_MIN;
+    char head[64];
+    snprintf(head, sizeof head, "*3\r\n$%zu\r\n", big);
+    puts_(&s, head);
+    fill(&s, 'a', big);
+    puts_(&s, "\r\n$5\r\nsmall\r\n:7\r\n");
+    snprintf(head, sizeof head, "$%zu\r\n", big + 1);
+    puts_(&s, head);
+    fill(&s, 'b', big + 1);
+    puts_(&s, "\r\n");
+    redisReply *r = get(&s);
+    CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 3);
+    if (r && r->elements == 3) {
+        redisReply *a = r->element[0];
+        CHECK(a->type == REDIS_REPLY_STRING && a->len == big && a->str[0] == 'a' &&
+              a->str[big - 1] == 'a' && a->str[big] == '\0');
+        CHECK(strcmp(r->element[1]->str, "small") == 0 && r->element[2]->integer == 7);
+    }
+    CHECK(big_allocs == 1);
+    if (r)
+        freeReplyObject(r);
+    r = get(&s);
+    CHECK(r && r->type == REDIS_REPLY_STRING && r->len == big + 1 && r->str[big] == 'b');
+    CHECK(big_allocs == 2);
+    if (r)
+        freeReplyObject(r);
     close_side(&s);
 }
 
@@ -310,6 +358,7 @@ static void test_limits_for(void)
 
 const struct test reply_tests[] = {
     {"reply/within the limits", test_within},
+    {"reply/big strings from big_alloc", test_big_alloc},
     {"reply/declared string too long", test_declared_string},
     {"reply/declared array too long", test_declared_array},
     {"reply/whole reply too large", test_total},
