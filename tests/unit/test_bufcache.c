@@ -5,8 +5,14 @@
 #include "bufcache.h"
 
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 static void test_reuse(void)
 {
@@ -74,9 +80,62 @@ static void test_bounds(void)
     sluicei_bufcache_drain();
 }
 
+static atomic_int churning;
+
+/* Takes and gives back big buffers until told to stop, as a consumer's
+ * loop thread and its application do. */
+static void *churn(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&churning)) {
+        void *p = sluicei_bufcache_get(64 << 10);
+        sluicei_bufcache_put(p);
+    }
+    return NULL;
+}
+
+/* A fork() while another thread uses the cache: the child can use it (the
+ * cache's lock is not left held in the child), every time. */
+static void test_fork(void)
+{
+    sluicei_bufcache_drain();
+    pthread_t th;
+    atomic_store(&churning, 1);
+    CHECK(pthread_create(&th, NULL, churn, NULL) == 0);
+    int stuck = 0;
+    for (int i = 0; i < 50 && !stuck; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            void *p = sluicei_bufcache_get(64 << 10);
+            sluicei_bufcache_put(p);
+            sluicei_bufcache_count(NULL);
+            _exit(0);
+        }
+        CHECK(pid > 0);
+        if (pid < 0)
+            break;
+        int status = 0;
+        struct timespec pause = {0, 1000000};
+        pid_t w = 0;
+        /* Up to 10 s: a child stuck on the lock never exits. */
+        for (int t = 0; t < 10000 && (w = waitpid(pid, &status, WNOHANG)) == 0; t++)
+            nanosleep(&pause, NULL);
+        if (w == 0) {
+            stuck = 1;
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
+        CHECK(w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    atomic_store(&churning, 0);
+    pthread_join(th, NULL);
+    sluicei_bufcache_drain();
+}
+
 const struct test bufcache_tests[] = {
     {"bufcache/reuse within twice the size", test_reuse},
     {"bufcache/the smallest that fits", test_best_fit},
     {"bufcache/bounds", test_bounds},
+    {"bufcache/fork while another thread uses it", test_fork},
     {NULL, NULL},
 };
