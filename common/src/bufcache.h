@@ -1,10 +1,10 @@
 /* A small, process-wide cache of freed big buffers. A consumer's frames
  * arrive in buffers of tens of KiB to MiB, allocated by its loop thread
- * and freed as the application releases them: freed to malloc, glibc
- * hands the top of the thread's heap back to the kernel (more than 128
- * KiB free there) and the next frames fault it in again, a fifth of the
- * consumer's CPU at 64 KiB. Kept here, they are used again as they are.
- * Thread-safe. */
+ * and freed as the application releases them, and a producer lets go of
+ * the frame buffers above its window: freed to malloc, glibc hands the top
+ * of the heap back to the kernel (more than 128 KiB free there) and the
+ * next frames fault it in again, a fifth of either's CPU at 64 KiB. Kept
+ * here, they are used again as they are. Thread-safe. */
 #ifndef SLUICE_BUFCACHE_H
 #define SLUICE_BUFCACHE_H
 

@@ -4,6 +4,8 @@
  * so that a frame it writes always passes the validator (wire_check.c). */
 #include "wire.h"
 
+#include "bufcache.h"
+
 #include <msgpack.h>
 
 #include <stdlib.h>
@@ -26,7 +28,10 @@ sluice_err sluicei_buf_reserve(sluicei_buf *b, size_t extra)
         cap = 256;
     if (cap < need)
         cap = need;
-    uint8_t *d = realloc(b->data, cap);
+    /* A first buffer of some size comes from the cache of freed ones
+     * (bufcache.h): fresh memory would be faulted in page by page. */
+    uint8_t *d = b->data || cap < SLUICEI_BUFCACHE_MIN ? realloc(b->data, cap)
+                                                       : sluicei_bufcache_get(cap);
     if (!d)
         return SLUICE_ERR_NOMEM;
     b->data = d;

@@ -33,6 +33,7 @@
  * WAIT, and a group counts as stored only when the WAIT answered (a WAIT
  * that times out is no error: the group is stored, only not known to be
  * on a replica yet); so is every task_done. */
+#include "bufcache.h"
 #include "producer_impl.h"
 #include "retry.h"
 
@@ -481,9 +482,11 @@ static void pop_done(sluice_producer *p)
         slot *s = producer_slot_at(p, 0);
         p->used_bytes -= s->frame.len;
         if (p->win && p->buf_held > WINDOW_MAX) {
-            /* A window's worth of buffers is reused; more is let go. */
+            /* A window's worth of buffers is reused; more is let go, to
+             * the cache of freed buffers (bufcache.h) the next slot to
+             * encode a frame takes one from. */
             p->buf_held -= s->cap_seen;
-            free(s->frame.data);
+            sluicei_bufcache_put(s->frame.data);
             s->frame = (sluicei_buf){0};
             s->cap_seen = 0;
         }
