@@ -272,7 +272,6 @@ static void handle_claim(sluice_consumer *c, req *q, redisReply *r)
         reached_marker(c);
 }
 
-
 /* Reply r to the GET of items[i] (or its element of an MGET reply). */
 static void handle_frame(sluice_consumer *c, int i, redisReply *r)
 {
