@@ -3,8 +3,9 @@
  * and freed as the application releases them, and a producer lets go of
  * the frame buffers above its window: freed to malloc, glibc hands the top
  * of the heap back to the kernel (more than 128 KiB free there) and the
- * next frames fault it in again, a fifth of either's CPU at 64 KiB. Kept
- * here, they are used again as they are. Thread-safe. */
+ * next frames fault it in again (at 64 KiB, 10% of the consumer's CPU and
+ * 21% of the producer's). Kept here, they are used again as they are.
+ * Thread-safe. */
 #ifndef SLUICE_BUFCACHE_H
 #define SLUICE_BUFCACHE_H
 

@@ -36,8 +36,9 @@ static int fetch_ack(sluice_consumer *c, int n)
 
 /* Sends the GETs of the items still to fetch (GET b:<id> for one, MGET
  * for several, as many per command as FETCH_BYTES allows, estimated from
- * the last frame) while the frame bytes on their way stay under
- * fetch_cap(); the reply of each sends more. Once the last is sent, an
+ * the last frame) while the frame bytes on their way are under
+ * fetch_cap() (the last one sent may pass it); the reply of each sends
+ * more. Once the last is sent, an
  * at-most-once consumer's ack follows. Returns -1 when the session
  * ended. */
 int fetch_more(sluice_consumer *c)
@@ -70,7 +71,7 @@ int fetch_more(sluice_consumer *c)
         }
         if (send_argv(c, CONN_DATA, q, 1, k + 1, av, NULL) != 0)
             return -1;
-        c->fetch_out += k * est;
+        c->fetch_out += (size_t)k * est;   /* q->bytes: q is hiredis's now */
         c->fetch_next += k;
     }
     if (c->fetch_next < c->fetch_end || !c->fetch_ack_n)

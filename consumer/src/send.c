@@ -45,13 +45,14 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *priv)
     sluice_consumer *c = q->c;
     if (q->gen == c->gen) {
         c->pend[q->conn]--;
-        c->prog_ms[q->conn] = sluicei_now_ms();
+        int64_t now_us = sluicei_now_us();
+        c->prog_ms[q->conn] = now_us / 1000;
         if (q->kind == R_BLMOVE) {
             c->blocking = 0;
         } else {
             /* The session's quickest reply is its round trip (the others
              * waited behind data, or in Redis). */
-            int64_t rtt = sluicei_now_us() - q->sent_us;
+            int64_t rtt = now_us - q->sent_us;
             if (rtt < 1)
                 rtt = 1;
             if (c->rtt_min_us == 0 || rtt < c->rtt_min_us)
