@@ -3,9 +3,10 @@
 # they belong to stays claimed (its claim is older than the lost writes).
 # One shard of 60 records, batch size 1, one producer that sends a record
 # every 50 ms, no consumer yet. Once 10 batches are stored the size of the
-# AOF's incr file is noted; once 10 more are, redis-server is killed with
-# -9 and the file cut back to that size (appendfsync everysec and a crash
-# of its host lose about that much), and Redis restarts. The producer
+# AOF's incr file is noted; once 10 more are, the producer is stopped
+# (SIGSTOP), redis-server is killed with -9 and the file cut back to that
+# size (appendfsync everysec and a crash of its host lose about that
+# much), Redis restarts and the producer goes on (SIGCONT). It
 # reconnects and goes on with the task; before task_done it checks that
 # every batch it pushed is there (task_check), finds the lost ones missing,
 # hands the task back with its resume point at the first of them, claims
@@ -36,8 +37,13 @@ wait_for 20 stored_at_least 10 || fail "the producer did not store 10 batches: $
 aof_mark
 before=$(stored)
 wait_for 20 stored_at_least $((before + 10)) || fail "the producer stalled: $(cat "$T/p.err")"
+# The producer is held still across the crash (SIGSTOP, well inside its
+# 5 s lease), so that what is counted after the load is what the AOF
+# kept, not also what it pushed once it reconnected.
+kill -STOP "$p"
 aof_crash_back
 after=$(stored)
+kill -CONT "$p"
 echo "cut $(basename "$AOF_MARK_FILE") from $AOF_CUT_FROM to $AOF_CUT_TO bytes: stored batches $before+10 or more before the kill, ${after:-0} after the load"
 (( ${after:-0} < before + 10 )) || fail "the cut lost no push (stored ${after:-0})"
 [[ $(rcli HGET "sluice:{$q}:towner" 0:0) == p ]] || fail "the task's claim did not survive the cut"
