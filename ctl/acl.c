@@ -51,10 +51,10 @@ static const char *const producer_keys[] = {
 static const char *const consumer_keys[] = {
     "consumers", "cstats:*", "cstats_gone", "cgone:*", "ctoken", "crank", "cckpt", "rholder",
     "pending:*", "ready:*", "stage:*", "b:*", "dlv", "bytes", "acked:*", "bitmaps", "dead",
-    "deadinfo", "deadb:*", "recover", "recover_pause", "runid", "redo", "stats", "estats",
-    "room", "task_wake", "jrun", "tasks:*", "tlease", "towner", "tattempts", "tcrashes",
-    "terr", "tbatches", "tresume", "trun", "failed", "edone", "eof", "dropped", "ret:*",
-    "retained", "retained_bytes", "cowners", "ckpt:*", "ckpts:*", "clog:*", "cseg:*",
+    "deadinfo", "deadb:*", "recover", "recover_pause", "unsure", "runid", "redo", "stats",
+    "estats", "room", "task_wake", "jrun", "tasks:*", "tlease", "towner", "tattempts",
+    "tcrashes", "terr", "tbatches", "tresume", "trun", "failed", "edone", "eof", "dropped",
+    "ret:*", "retained", "retained_bytes", "cowners", "ckpt:*", "ckpts:*", "clog:*", "cseg:*",
     "cdrop:*",
 };
 

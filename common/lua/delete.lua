@@ -99,7 +99,7 @@ for i, s in ipairs({'dlv', 'bytes', 'room', 'stats', 'estats', 'consumers', 'cto
                     'cckpt', 'rholder', 'producers', 'bitmaps', 'dead', 'deadinfo', 'job', 'jrun',
                     'taskdef', 'tlease', 'towner', 'tattempts', 'tcrashes', 'terr', 'tbatches',
                     'tresume', 'trun', 'failed', 'edone', 'eof', 'task_wake', 'jstage',
-                    'jstage:taskdef', 'redo', 'recover', 'recover_pause', 'runid', 'dropped',
+                    'jstage:taskdef', 'redo', 'recover', 'recover_pause', 'unsure', 'runid', 'dropped',
                     'cowners', 'retained', 'retained_bytes', 'ptoken', 'pstats_gone',
                     'cstats_gone'}) do
   keys[i] = pre .. s

@@ -189,13 +189,67 @@ local function requeue_list(id, rank)
   return ready_key(e, rank)
 end
 
+local function lease_ms()
+  return tonumber(redis.call('HGET', meta, 'lease_ms') or '10000')
+end
+
+local function max_deliveries()
+  return tonumber(redis.call('HGET', meta, 'max_deliveries') or '0')
+end
+
+-- Notices a restart of Redis (or a replica that took over): its run_id is
+-- not the one the queue saw last. It may have lost its last writes,
+-- acknowledgements among them, which only the consumers' restores
+-- (restore.lua) can put back: takes wait (take.lua: RECOVERING) 3 s (a
+-- consumer's longest backoff between reconnects is 2.5 s: one it did not
+-- know is back by then) and until every consumer it knew, whose lease ran
+-- when it last heard of anyone, has restored, or its lease plus 2.5 s
+-- have passed. And whatever appendfsync says, the marks of what the
+-- applications received (handed) that were on their way went with the
+-- connections: no reply confirms a mark. So every consumer registered
+-- then is unsure until it restores, which marks again what its
+-- application holds; one that dies first gets every batch it held
+-- counted (give_back). self: the consumer restoring, which is neither; nil
+-- for anyone else.
+local function notice_restart(self)
+  local rid = run_id()
+  if not rid then return end
+  local known = redis.call('GET', pre .. 'runid')
+  if known == rid then return end
+  redis.call('SET', pre .. 'runid', rid)
+  local rec = pre .. 'recover'
+  redis.call('DEL', rec)
+  if not known then return end
+  redis.call('SET', pre .. 'recover_pause', 1, 'PX', 3000)
+  local seen = redis.call('HGETALL', pre .. 'consumers')
+  local last, others, all = 0, {}, {}
+  for i = 2, #seen, 2 do last = math.max(last, tonumber(seen[i])) end
+  for i = 1, #seen, 2 do
+    if seen[i] ~= self then
+      all[#all + 1] = seen[i]
+      if tonumber(seen[i + 1]) + lease_ms() >= last then others[#others + 1] = seen[i] end
+    end
+  end
+  if #others > 0 then
+    redis.call('SADD', rec, unpack(others))
+    redis.call('PEXPIRE', rec, lease_ms() + 2500)
+  end
+  if #all > 0 then redis.call('SADD', pre .. 'unsure', unpack(all)) end
+end
+
 -- Hands back every batch consumer cid holds, oldest next in line. A batch
 -- its application received (handed) has one more delivery that ended
 -- without an acknowledgement, counted in dlv; at maxd (> 0) it goes to
 -- the dead letters instead. A batch that was only prefetched goes back as
 -- it was. extra: ids the caller knows were handed (a closing consumer's).
+-- A consumer unsure since a restart of Redis (notice_restart) may have
+-- handed a batch whose mark was lost: each one it held counts a delivery
+-- (flagged when it comes again), but none is dead-lettered for that.
 local function give_back(cid, maxd, now, extra)
   local pending = pre .. 'pending:' .. cid
+  if redis.call('LLEN', pending) == 0 then return 0 end
+  notice_restart(nil)
+  local unsure = redis.call('SISMEMBER', pre .. 'unsure', cid) == 1
   local rank = redis.call('HGET', pre .. 'crank', cid)
   -- A consumer with checkpoints (cckpt) serves a trainer that, after a
   -- crash, resumes from its checkpoint and trains again all it received
@@ -216,12 +270,13 @@ local function give_back(cid, maxd, now, extra)
       if true_marker(id, e) then redis.call('RPUSH', ready_key(e, rank), id) end
     elseif v then
       local d = tonumber(v)
-      if handed(id) or extra[id] then
+      local got = handed(id) or extra[id]
+      if got or unsure then
         d = d + 1
         redis.call('HSET', pre .. 'dlv', id, d)
         redis.call('PERSIST', pre .. 'b:' .. id)
       end
-      if maxd > 0 and d >= maxd then
+      if maxd > 0 and d >= maxd and (got or not unsure) then
         dead_letter(id, 'delivered ' .. d .. ' times without an acknowledgement', now)
       else
         redis.call('RPUSH', requeue_list(id, rank), id)
@@ -295,6 +350,7 @@ local function drop_consumer(cid, reaped)
   redis.call('HDEL', pre .. 'ctoken', cid)
   redis.call('HDEL', pre .. 'crank', cid)
   redis.call('HDEL', pre .. 'cckpt', cid)
+  redis.call('SREM', pre .. 'unsure', cid)
   fold_stats('c', cid, reaped and tok or nil)
 end
 
@@ -312,14 +368,6 @@ local function reap_producers(now, lease)
       redis.call('HDEL', pre .. 'ptoken', seen[i])
     end
   end
-end
-
-local function lease_ms()
-  return tonumber(redis.call('HGET', meta, 'lease_ms') or '10000')
-end
-
-local function max_deliveries()
-  return tonumber(redis.call('HGET', meta, 'max_deliveries') or '0')
 end
 
 -- Hands back what consumer cid holds and forgets it.
@@ -378,6 +426,8 @@ local function enter(cid, tok, fresh, rank, now)
     -- Left by an earlier process under this id that nobody reaped (its
     -- registration was lost with Redis's last second, say).
     give_back(cid, max_deliveries(), now, {})
+    -- A new process marks what it hands on the Redis it registers with.
+    redis.call('SREM', pre .. 'unsure', cid)
     -- This process, reaped while frozen, is back: its counters are its
     -- own again.
     unfold_stats('c', cid, tok)

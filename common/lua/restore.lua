@@ -20,44 +20,14 @@ local nq = noqueue() if nq then return nq end
 local now = now_ms()
 local cid = ARGV[1]
 -- Every consumer sends it at the start of each session, so this is where
--- a Redis that restarted (or a replica that took over) is noticed: its
--- run_id is not the one the queue saw last. It may have lost its last
--- writes, acknowledgements of other consumers among them, which only
--- their restores can put back: takes wait (take.lua: RECOVERING) 3 s (a
--- consumer's longest backoff between reconnects is 2.5 s: one it did not
--- know is back by then) and until every consumer it knew, whose lease ran
--- when it last heard of anyone, has restored, or its lease plus 2.5 s
--- have passed.
-local rid = run_id()
-if rid then
-  local known = redis.call('GET', pre .. 'runid')
-  if known ~= rid then
-    redis.call('SET', pre .. 'runid', rid)
-    local rec = pre .. 'recover'
-    redis.call('DEL', rec)
-    if known then
-      redis.call('SET', pre .. 'recover_pause', 1, 'PX', 3000)
-      -- Those whose lease ran when Redis last heard of anyone.
-      local seen = redis.call('HGETALL', pre .. 'consumers')
-      local last, others = 0, {}
-      for i = 2, #seen, 2 do last = math.max(last, tonumber(seen[i])) end
-      for i = 1, #seen, 2 do
-        if seen[i] ~= cid and tonumber(seen[i + 1]) + lease_ms() >= last then
-          others[#others + 1] = seen[i]
-        end
-      end
-      if #others > 0 then
-        redis.call('SADD', rec, unpack(others))
-        redis.call('PEXPIRE', rec, lease_ms() + 2500)
-      end
-    end
-  end
-end
+-- a restart of Redis is noticed first, as a rule (lib.lua: notice_restart).
+notice_restart(cid)
 -- A consumer that lost its lease registers again here, and takes back
 -- what its application still holds.
 local err = enter(cid, ARGV[2], ARGV[3], ARGV[4], now)
 if err then return err end
 redis.call('SREM', pre .. 'recover', cid)
+redis.call('SREM', pre .. 'unsure', cid)
 local pending = pre .. 'pending:' .. cid
 local rank = redis.call('HGET', pre .. 'crank', cid)
 local n = 0
