@@ -23,7 +23,10 @@
  *         tick: session_hand_flush), after about 200 ms on its own (the
  *         process frozen), and at once when the socket is closed (a kill -9 too).
  *         So next() makes no round trip and wakes nobody, and the mark is
- *         in Redis well before the lease can run out (lease_until). The
+ *         in Redis well before the lease can run out (lease_until). (A
+ *         restart of Redis can lose marks on their way: the next session's
+ *         restore puts them back, and lib.lua's notice_restart covers a
+ *         consumer that dies first.) The
  *         socket is the loop's (it connects and closes it); next() writes
  *         to it only under the mutex, while hand_fd says it is up. Over
  *         TLS next() writes through the hand connection's tunnel itself
